@@ -1,0 +1,1 @@
+//! ftkv client (under construction).

@@ -1,0 +1,1 @@
+//! The fractal tree (Bε-tree) engine. Under construction in issue 3.

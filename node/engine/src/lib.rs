@@ -1,0 +1,160 @@
+//! ftkv's storage engines behind one [`Engine`] trait.
+//!
+//! - [`fractal`]: the fractal tree (a Bε-tree after PerconaFT/TokuDB), ftkv's default engine.
+//! - [`sled_engine`]: sled 0.34, the comparison engine (as the seed benchmarks ran InnoDB beside TokuDB).
+//! - [`model`]: an in-memory `BTreeMap` model, the oracle of the conformance suite.
+//!
+//! Every engine stores byte keys and values, applies atomic batches of [`WriteOp`]s, and keeps an
+//! opaque metadata blob (the state machine's applied log id, membership and client sessions)
+//! **atomically with the data**: whatever state an engine reopens at after a crash, the metadata
+//! it reports describes exactly that data.
+//!
+//! Durability: writes become durable at the next [`Engine::checkpoint`]. In a cluster the Raft log
+//! is the write-ahead log, so nothing is lost between checkpoints; the engine reopens at its last
+//! checkpoint and the node replays the log from the applied index in the metadata.
+//!
+//! This crate never depends on the log, Raft, tokio or gRPC (ARCHITECTURE.md, layering rules).
+
+#![deny(missing_docs)]
+
+pub mod fractal;
+pub mod model;
+pub mod ops;
+pub mod sled_engine;
+
+use std::path::PathBuf;
+
+pub use ops::{apply_upsert, UpsertOp, WriteOp};
+
+/// Errors of every engine. Storage faults (`Corruption`, `Io`) stop writes on the node: the
+/// engine reports them and never repairs or skips data on its own.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// An I/O call failed (including fsync). The engine refuses further writes.
+    #[error("engine I/O error during {context}: {source}")]
+    Io {
+        /// What the engine was doing.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A block failed its checksum, or a structure failed an invariant. Names the block.
+    #[error("corruption in {location}: {detail}")]
+    Corruption {
+        /// File and block (e.g. `"engine/tree.ftkv block 17 @ offset 4096"`).
+        location: String,
+        /// What did not match.
+        detail: String,
+    },
+    /// The engine stopped writes after an earlier fault (fjall's "poisoned" state).
+    #[error("engine is poisoned by an earlier storage fault; restart the node after fixing the disk")]
+    Poisoned,
+    /// The caller passed something the engine cannot store (e.g. an unknown upsert op version).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The on-disk format is newer than this build understands.
+    #[error("unsupported on-disk format version {found} (this build reads {supported})")]
+    UnsupportedVersion {
+        /// Version found on disk.
+        found: u32,
+        /// Highest version this build reads.
+        supported: u32,
+    },
+    /// Error from the sled comparison engine.
+    #[error("sled: {0}")]
+    Sled(String),
+}
+
+/// Result alias for engine calls.
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// Which engine a node runs (`engine.kind` in the node config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    /// The fractal tree (default).
+    Fractal,
+    /// sled 0.34, for comparison.
+    Sled,
+    /// In-memory `BTreeMap` (tests only; not durable).
+    Model,
+}
+
+impl EngineKind {
+    /// Lower-case name as used in configs and status (`"fractal"`, `"sled"`, `"model"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineKind::Fractal => "fractal",
+            EngineKind::Sled => "sled",
+            EngineKind::Model => "model",
+        }
+    }
+}
+
+/// A key-value pair as returned by scans.
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
+/// What [`Engine::check_integrity`] found when every invariant held.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IntegrityReport {
+    /// Live keys counted.
+    pub keys: u64,
+    /// Blocks / nodes visited (0 for engines without blocks).
+    pub blocks: u64,
+    /// Tree height (0 for engines without a tree).
+    pub height: u32,
+}
+
+/// Options shared by the on-disk engines.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Directory the engine owns (created if missing).
+    pub dir: PathBuf,
+    /// Memory budget for cached nodes/pages, in bytes.
+    pub cache_size_bytes: u64,
+    /// zstd level for node compression; `None` stores nodes uncompressed.
+    pub compression_level: Option<i32>,
+}
+
+/// A storage engine: an ordered map of byte keys to byte values, plus a metadata blob stored
+/// atomically with the data.
+///
+/// Concurrency: readers (`get`, `scan`) may run on any thread at any time; writers (`write`,
+/// `checkpoint`, `replace_all`) are called from one thread at a time (the state machine's).
+pub trait Engine: Send + Sync + 'static {
+    /// Which engine this is.
+    fn kind(&self) -> EngineKind;
+
+    /// Value of `key`, or `None` when absent.
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+
+    /// Up to `limit` pairs with `start <= key < end` (`end = None`: unbounded) in key order.
+    fn scan(&self, start: &[u8], end: Option<&[u8]>, limit: usize) -> Result<Vec<KeyValue>>;
+
+    /// Applies `ops` atomically and in order (later ops see earlier ones), and when `meta` is
+    /// `Some`, replaces the metadata blob in the same atomic step.
+    fn write(&self, ops: &[WriteOp], meta: Option<&[u8]>) -> Result<()>;
+
+    /// The metadata blob as of the latest `write` (`None` if never set).
+    fn meta(&self) -> Result<Option<Vec<u8>>>;
+
+    /// Makes every write so far durable (with its metadata) before returning.
+    fn checkpoint(&self) -> Result<()>;
+
+    /// Atomically replaces all data and the metadata with `pairs` (sorted ascending by key,
+    /// no duplicates) and `meta`, durably. Used to install a Raft snapshot. On error the old
+    /// state is kept.
+    fn replace_all(
+        &self,
+        pairs: &mut dyn Iterator<Item = Result<KeyValue>>,
+        meta: &[u8],
+    ) -> Result<()>;
+
+    /// Walks every structure and checks every invariant; a violation is `Corruption`.
+    fn check_integrity(&self) -> Result<IntegrityReport>;
+
+    /// Bytes the engine occupies on disk (0 for in-memory engines).
+    fn size_on_disk_bytes(&self) -> Result<u64>;
+}

@@ -1,0 +1,140 @@
+//! What the replicated state machine executes: commands carried in Raft entries, and their
+//! results. These types are the contract between `server/` (which builds them from proto
+//! requests) and `cluster/` (which replicates and applies them). Serialized with serde inside
+//! Raft entries and snapshots, so enum variants are only ever appended.
+
+use ftkv_engine::{UpsertOp, WriteOp};
+use serde::{Deserialize, Serialize};
+
+/// Exactly-once identity of a client write (Raft thesis section 6.3; RIFL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Session {
+    /// Random per client instance; never 0.
+    pub client_id: u64,
+    /// Increases by one per write of this client, starting at 1.
+    pub sequence: u64,
+    /// Lowest sequence the client still waits for; results below it may be forgotten.
+    pub first_incomplete: u64,
+}
+
+/// What a transaction compare looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CompareTarget {
+    /// The value bytes. An absent key matches only `NotEqual`.
+    Value,
+    /// Existence: `Equal` = exists, `NotEqual` = absent; the operand is ignored.
+    Exists,
+}
+
+/// Comparison operator of a transaction compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CompareOp {
+    /// `value == operand`
+    Equal,
+    /// `value != operand`
+    NotEqual,
+    /// `value > operand` (byte-wise)
+    Greater,
+    /// `value < operand` (byte-wise)
+    Less,
+}
+
+/// One guard of a transaction (etcd `Compare`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compare {
+    /// Key compared.
+    pub key: Vec<u8>,
+    /// Value or existence.
+    pub target: CompareTarget,
+    /// Operator.
+    pub op: CompareOp,
+    /// Operand for `Value` compares.
+    pub operand: Vec<u8>,
+}
+
+impl Compare {
+    /// Whether the compare holds for the current value of its key (`None` = absent).
+    pub fn holds(&self, current: Option<&[u8]>) -> bool {
+        match (self.target, current) {
+            (CompareTarget::Exists, cur) => match self.op {
+                CompareOp::Equal => cur.is_some(),
+                CompareOp::NotEqual => cur.is_none(),
+                CompareOp::Greater | CompareOp::Less => false,
+            },
+            (CompareTarget::Value, None) => self.op == CompareOp::NotEqual,
+            (CompareTarget::Value, Some(v)) => match self.op {
+                CompareOp::Equal => v == self.operand.as_slice(),
+                CompareOp::NotEqual => v != self.operand.as_slice(),
+                CompareOp::Greater => v > self.operand.as_slice(),
+                CompareOp::Less => v < self.operand.as_slice(),
+            },
+        }
+    }
+}
+
+/// One op of a transaction branch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxnOp {
+    /// A write (put, delete, upsert, range delete, range upsert).
+    Write(WriteOp),
+    /// Read one key as of this point in the transaction.
+    Get {
+        /// Key read.
+        key: Vec<u8>,
+    },
+}
+
+/// A replicated command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Atomic batch of writes (Put, Delete, Upsert, Write RPCs).
+    Write {
+        /// Exactly-once identity, `None` when the client sent none.
+        session: Option<Session>,
+        /// Ops applied atomically in order.
+        ops: Vec<WriteOp>,
+    },
+    /// etcd-style transaction, evaluated atomically at apply time.
+    Txn {
+        /// Exactly-once identity.
+        session: Option<Session>,
+        /// All must hold for `success` to run, else `failure` runs.
+        compares: Vec<Compare>,
+        /// Branch run when every compare holds.
+        success: Vec<TxnOp>,
+        /// Branch run otherwise.
+        failure: Vec<TxnOp>,
+    },
+}
+
+impl Command {
+    /// The session of this command, if any.
+    pub fn session(&self) -> Option<Session> {
+        match self {
+            Command::Write { session, .. } | Command::Txn { session, .. } => *session,
+        }
+    }
+}
+
+/// Result of one applied command, remembered per session for retries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CommandResult {
+    /// A `Write` was applied.
+    Written,
+    /// A `Txn` ran: which branch, and one entry per op of that branch (`Some(value)` for a
+    /// get that found its key; `None` for a missing key or a write op).
+    Txn {
+        /// True when every compare held.
+        succeeded: bool,
+        /// Per-op results of the branch that ran.
+        results: Vec<Option<Vec<u8>>>,
+    },
+    /// The session's sequence is below the client's acknowledged window: the original result
+    /// was already delivered and forgotten. Not applied again.
+    StaleSequence,
+}
+
+/// Convenience for building upserts in tests and the server.
+pub fn upsert(key: impl Into<Vec<u8>>, op: UpsertOp) -> WriteOp {
+    WriteOp::Upsert { key: key.into(), op }
+}

@@ -1,0 +1,1 @@
+//! ftkv node (under construction).

@@ -1,0 +1,1 @@
+//! Cluster fixture (being written).

@@ -1,0 +1,1 @@
+//! Jepsen-style harness (being written).
