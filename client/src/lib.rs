@@ -1,1 +1,38 @@
-//! ftkv client (under construction).
+//! Async Rust client of an ftkv cluster, and the `ftkvctl` command-line tool built on it.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), ftkv_client::Error> {
+//! use ftkv_client::{Client, UpsertOp};
+//! let client = Client::builder().endpoints(["127.0.0.1:7379", "127.0.0.1:7479"]).build().await?;
+//! client.put("user/1", "alice").await?;
+//! assert_eq!(client.get("user/1").await?, Some(b"alice".to_vec()));
+//! client.upsert("visits", UpsertOp::Add(1)).await?; // read-free, applied exactly once
+//! # Ok(()) }
+//! ```
+//!
+//! What the client does for you (see [`Client`]): finds the leader and follows `NOT_LEADER`
+//! redirects, retries unavailable nodes with exponential backoff and jitter under one overall
+//! deadline ([`RetryPolicy`]), and tags every write with a session (random client id,
+//! sequence number, lowest outstanding sequence; Raft thesis section 6.3) so a retried write
+//! is applied at most once. A write whose outcome stays unknown is [`Error::Ambiguous`],
+//! never reported as failed.
+//!
+//! Depends on `ftkv-proto` only: no openraft or node types, and no tonic types in the public
+//! API (statuses are converted to [`Error`]).
+
+mod client;
+mod error;
+mod retry;
+mod session;
+mod types;
+
+pub mod cli;
+
+pub use client::{Client, ClientBuilder, DEFAULT_ENDPOINT, DEFAULT_MAX_MESSAGE_BYTES};
+pub use error::{Error, Result};
+pub use retry::RetryPolicy;
+pub use session::WriteSession;
+pub use types::{
+    decode_counter, prefix_end, Compare, CompareResult, CompareTarget, KeyValue, Member, Membership, NodeStatus,
+    Op, ReadConsistency, ResponseInfo, ScanOptions, ScanPage, Txn, TxnOp, TxnOpResult, TxnResult, UpsertOp,
+};

@@ -1,1 +1,216 @@
-fn main() {}
+//! `ftkv-node`: run a node, a local playground cluster, or an offline integrity check.
+//!
+//! Configuration precedence: TOML file (`--config`) < environment (`FTKV_*`) < flags.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use ftkv_node::config::{ClusterState, Config, LogSync};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ftkv-node",
+    version,
+    about = "ftkv node: a replicated, write-optimized key-value store"
+)]
+#[command(args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a node (the default when no subcommand is given).
+    Run(RunArgs),
+    /// Start a local cluster of node processes on loopback and keep it up until Ctrl-C.
+    Playground(ftkv_node::playground::PlaygroundArgs),
+    /// Check the engine's on-disk invariants offline (the node must be stopped).
+    Check(RunArgs),
+}
+
+/// Flags of `run` (each also settable by the environment variable shown in `--help`).
+#[derive(Args, Debug, Clone, Default)]
+struct RunArgs {
+    /// TOML config file.
+    #[arg(long, env = "FTKV_CONFIG")]
+    config: Option<PathBuf>,
+    /// Print the merged configuration as TOML and exit.
+    #[arg(long)]
+    print_config: bool,
+    /// Node id (>= 1).
+    #[arg(long, env = "FTKV_ID")]
+    id: Option<u64>,
+    /// Data directory.
+    #[arg(long, env = "FTKV_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Client gRPC listen address (default 127.0.0.1:7379).
+    #[arg(long, env = "FTKV_LISTEN_CLIENT")]
+    listen_client: Option<String>,
+    /// Client address advertised to peers and clients.
+    #[arg(long, env = "FTKV_ADVERTISE_CLIENT")]
+    advertise_client: Option<String>,
+    /// Peer gRPC listen address (default 127.0.0.1:7380).
+    #[arg(long, env = "FTKV_LISTEN_PEER")]
+    listen_peer: Option<String>,
+    /// Peer address advertised to other nodes.
+    #[arg(long, env = "FTKV_ADVERTISE_PEER")]
+    advertise_peer: Option<String>,
+    /// Status HTTP listen address (default 127.0.0.1:7381; empty disables).
+    #[arg(long, env = "FTKV_LISTEN_STATUS")]
+    listen_status: Option<String>,
+    /// Initial voters: ID=PEER_HOST:PORT,...
+    #[arg(long, env = "FTKV_INITIAL_CLUSTER")]
+    initial_cluster: Option<String>,
+    /// new | existing
+    #[arg(long, env = "FTKV_INITIAL_CLUSTER_STATE", value_enum)]
+    initial_cluster_state: Option<ClusterState>,
+    /// Storage engine: fractal | sled
+    #[arg(long, env = "FTKV_ENGINE")]
+    engine: Option<String>,
+    /// Engine cache size (e.g. 256MiB).
+    #[arg(long, env = "FTKV_CACHE_SIZE")]
+    cache_size: Option<String>,
+    /// Log sync: "always" or a period such as 100ms (weaker durability).
+    #[arg(long, env = "FTKV_LOG_SYNC")]
+    log_sync: Option<String>,
+    /// Acknowledge after: quorum | all
+    #[arg(long, env = "FTKV_ACK")]
+    ack: Option<String>,
+    /// Checkpoint and snapshot after this many applied entries.
+    #[arg(long, env = "FTKV_SNAPSHOT_EVERY_ENTRIES")]
+    snapshot_every_entries: Option<u64>,
+    /// Log entries kept behind a snapshot.
+    #[arg(long, env = "FTKV_MAX_IN_SNAPSHOT_LOG_TO_KEEP")]
+    max_in_snapshot_log_to_keep: Option<u64>,
+    /// TEST ONLY: serve linearizable reads locally without ReadIndex (unsafe canary).
+    #[arg(long, hide = true)]
+    unsafe_local_reads: bool,
+    /// TEST ONLY: acknowledge log appends before fsync (unsafe canary).
+    #[arg(long, hide = true)]
+    unsafe_ack_before_fsync: bool,
+}
+
+impl RunArgs {
+    fn config(&self) -> anyhow::Result<Config> {
+        let mut c = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        if let Some(v) = self.id {
+            c.id = v;
+        }
+        if let Some(v) = &self.data_dir {
+            c.data_dir = v.clone();
+        }
+        if let Some(v) = &self.listen_client {
+            c.listen_client = v.clone();
+        }
+        if let Some(v) = &self.advertise_client {
+            c.advertise_client = Some(v.clone());
+        }
+        if let Some(v) = &self.listen_peer {
+            c.listen_peer = v.clone();
+        }
+        if let Some(v) = &self.advertise_peer {
+            c.advertise_peer = Some(v.clone());
+        }
+        if let Some(v) = &self.listen_status {
+            c.listen_status = v.clone();
+        }
+        if let Some(v) = &self.initial_cluster {
+            c.initial_cluster = v.clone();
+        }
+        if let Some(v) = self.initial_cluster_state {
+            c.initial_cluster_state = v;
+        }
+        if let Some(v) = &self.engine {
+            c.engine.kind = serde_json::from_value(serde_json::Value::String(v.clone()))
+                .map_err(|_| anyhow::anyhow!("--engine {v:?}: expected fractal or sled"))?;
+        }
+        if let Some(v) = &self.cache_size {
+            c.engine.cache_size = v
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--cache-size {v:?}: {e}"))?;
+        }
+        if let Some(v) = &self.log_sync {
+            c.log.sync = LogSync::parse_flag(v)?;
+        }
+        if let Some(v) = &self.ack {
+            c.raft.ack = serde_json::from_value(serde_json::Value::String(v.clone()))
+                .map_err(|_| anyhow::anyhow!("--ack {v:?}: expected quorum or all"))?;
+        }
+        if let Some(v) = self.snapshot_every_entries {
+            c.raft.snapshot_every_entries = v;
+        }
+        if let Some(v) = self.max_in_snapshot_log_to_keep {
+            c.raft.max_in_snapshot_log_to_keep = v;
+        }
+        c.testing.unsafe_local_reads |= self.unsafe_local_reads;
+        c.testing.unsafe_ack_before_fsync |= self.unsafe_ack_before_fsync;
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,openraft=warn,h2=warn,tower=warn,hyper=warn")
+    });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match real_main(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ftkv-node: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn real_main(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Some(Command::Playground(args)) => {
+            init_tracing();
+            let rt = tokio::runtime::Runtime::new()?;
+            rt.block_on(ftkv_node::playground::run(args))
+        }
+        Some(Command::Check(args)) => {
+            let config = args.config()?;
+            let report = ftkv_node::run::check(&config)?;
+            println!(
+                "ok: {} keys, {} blocks, height {} in {}",
+                report.keys,
+                report.blocks,
+                report.height,
+                config.data_dir.display()
+            );
+            Ok(())
+        }
+        Some(Command::Run(args)) => run_node(args),
+        None => run_node(cli.run),
+    }
+}
+
+fn run_node(args: RunArgs) -> anyhow::Result<()> {
+    let config = args.config()?;
+    if args.print_config {
+        print!("{}", config.to_toml());
+        return Ok(());
+    }
+    init_tracing();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start tokio")?;
+    rt.block_on(ftkv_node::run::run(config))
+}

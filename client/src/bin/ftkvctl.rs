@@ -1,1 +1,2 @@
+//! `ftkvctl`: command-line client of an ftkv cluster. See `ftkvctl --help`.
 fn main() {}

@@ -23,6 +23,7 @@ pub mod ops;
 pub mod sled_engine;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 pub use ops::{apply_upsert, UpsertOp, WriteOp};
 
@@ -157,4 +158,17 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Bytes the engine occupies on disk (0 for in-memory engines).
     fn size_on_disk_bytes(&self) -> Result<u64>;
+}
+
+/// Opens the engine `kind` in `opts.dir` on the real file system (the node's `engine.kind`):
+/// `Fractal` -> [`fractal::FractalEngine`] with default tree parameters, `Sled` ->
+/// [`sled_engine::SledEngine`], `Model` -> [`model::ModelEngine`] (in memory, not durable).
+///
+/// Errors: whatever the chosen engine's `open` returns (`Io`, `Corruption`, `UnsupportedVersion`).
+pub fn open_engine(kind: EngineKind, opts: &EngineOptions) -> Result<Arc<dyn Engine>> {
+    Ok(match kind {
+        EngineKind::Fractal => Arc::new(fractal::FractalEngine::open(ftkv_vfs::RealVfs::new(), opts)?),
+        EngineKind::Sled => Arc::new(sled_engine::SledEngine::open(opts)?),
+        EngineKind::Model => Arc::new(model::ModelEngine::new()),
+    })
 }

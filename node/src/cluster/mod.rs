@@ -5,9 +5,23 @@
 //! proposal batcher in front of `client_write`, coalesced ReadIndex reads, snapshots and
 //! membership. `server/` talks to this module only through [`ClusterNode`].
 //!
-//! API CONTRACT (the bodies below are being written; signatures are fixed):
+//! Submodules: `types` (the openraft `TypeConfig`, the only place its parameters are spelled),
+//! `log_store`, `state_machine` (+ `session`, `snapshot`), `network` (peer client) and
+//! `peer_server` (peer service), `batcher` (proposal batching), `reads` (coalesced ReadIndex).
 
+mod batcher;
 pub mod command;
+mod errors;
+mod log_store;
+mod network;
+mod peer_server;
+mod reads;
+mod session;
+mod snapshot;
+mod state_machine;
+#[cfg(test)]
+mod tests;
+mod types;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -74,6 +88,8 @@ pub struct ClusterConfig {
     pub peer_max_message_bytes: usize,
     /// TEST ONLY canary (Jepsen harness): serve linearizable reads locally without ReadIndex.
     pub unsafe_local_reads: bool,
+    /// TEST ONLY canary (Jepsen harness): acknowledge log appends before they are fsynced.
+    pub unsafe_ack_before_fsync: bool,
 }
 
 /// Status of this node as the cluster layer sees it.
@@ -111,7 +127,7 @@ pub struct MemberInfo {
 }
 
 /// Errors of the cluster layer. `server/` maps each to one gRPC status.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClusterError {
     /// Not the leader; `leader_client_addr` says where to go when known.
@@ -142,106 +158,395 @@ pub enum ClusterError {
     Invalid(String),
 }
 
+/// How long a proposal may wait for its outcome before it is reported ambiguous, at least.
+const WRITE_TIMEOUT_MIN_MS: u64 = 5_000;
+/// Most time a read barrier waits for the state machine to reach the read index.
+const READ_APPLY_TIMEOUT_MS: u64 = 5_000;
+/// Per-chunk timeout when streaming a snapshot to a follower.
+const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 20_000;
+/// Snapshot chunk size upper bound (also bounded by half the peer message limit).
+const SNAPSHOT_CHUNK_MAX_BYTES: u64 = 4 * 1024 * 1024;
+/// Entries per AppendEntries (bytes are capped separately by the log store).
+const MAX_PAYLOAD_ENTRIES: u64 = 4096;
+/// Log entries purged per purge call.
+const PURGE_BATCH_SIZE: u64 = 1024;
+
+struct Inner {
+    config: ClusterConfig,
+    raft: types::Raft,
+    log_store: log_store::LogStore,
+    state_machine: state_machine::StateMachine,
+    batcher: batcher::Batcher,
+    reads: Arc<reads::ReadBarrier>,
+    channels: network::Channels,
+    stopped: std::sync::atomic::AtomicBool,
+}
+
 /// A running Raft node. Cheap to clone.
 #[derive(Clone)]
 pub struct ClusterNode {
-    _private: Arc<()>,
+    inner: Arc<Inner>,
+}
+
+fn raft_config(config: &ClusterConfig) -> Result<openraft::Config, ClusterError> {
+    let chunk = SNAPSHOT_CHUNK_MAX_BYTES.min((config.peer_max_message_bytes / 2).max(64 * 1024) as u64);
+    let raft_config = openraft::Config {
+        cluster_name: "ftkv".to_string(),
+        heartbeat_interval: config.heartbeat_interval_ms,
+        election_timeout_min: config.election_timeout_min_ms,
+        election_timeout_max: config.election_timeout_max_ms,
+        install_snapshot_timeout: INSTALL_SNAPSHOT_TIMEOUT_MS,
+        max_payload_entries: MAX_PAYLOAD_ENTRIES,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_every_entries.max(1)),
+        snapshot_max_chunk_size: chunk,
+        max_in_snapshot_log_to_keep: config.max_in_snapshot_log_to_keep,
+        purge_batch_size: PURGE_BATCH_SIZE,
+        ..Default::default()
+    };
+    raft_config
+        .validate()
+        .map_err(|e| ClusterError::Invalid(format!("raft settings: {e}")))
 }
 
 impl ClusterNode {
-    /// Opens the log, the state machine over `engine`, and starts Raft. Does not initialize.
-    pub async fn start(_config: ClusterConfig, _engine: Arc<dyn Engine>) -> Result<Self, ClusterError> {
-        todo!("cluster helper")
+    /// Opens the log (`data_dir/log`), the state machine over `engine` (snapshots in
+    /// `data_dir/snapshots`) and starts Raft. Does not initialize a cluster.
+    ///
+    /// Errors: `Invalid` for bad settings (node id 0, election timeouts), `Storage` when the log or
+    /// the engine metadata cannot be read.
+    pub async fn start(config: ClusterConfig, engine: Arc<dyn Engine>) -> Result<Self, ClusterError> {
+        if config.node_id == 0 {
+            return Err(ClusterError::Invalid("node id 0 is reserved".into()));
+        }
+        let raft_config = Arc::new(raft_config(&config)?);
+        let log_dir = config.data_dir.join("log");
+        let snapshot_dir = config.data_dir.join("snapshots");
+        let log_options = ftkv_log::LogOptions {
+            segment_size_bytes: config.log_segment_size_bytes,
+            sync: config.log_sync,
+        };
+        let log = {
+            let dir = log_dir.clone();
+            tokio::task::spawn_blocking(move || {
+                ftkv_log::Log::open(Arc::new(ftkv_vfs::RealVfs), &dir, log_options)
+            })
+            .await
+            .map_err(|e| ClusterError::Storage(format!("opening the log: {e}")))?
+            .map_err(|e| ClusterError::Storage(format!("opening the log in {}: {e}", log_dir.display())))?
+        };
+        let append_max = log_store::APPEND_ENTRIES_MAX_BYTES
+            .min(config.peer_max_message_bytes / 2)
+            .max(64 * 1024);
+        let log_store =
+            log_store::LogStore::new(log, append_max).map_err(|e| ClusterError::Storage(e.to_string()))?;
+        let state_machine = {
+            let dir = snapshot_dir.clone();
+            tokio::task::spawn_blocking(move || state_machine::StateMachine::open(engine, &dir))
+                .await
+                .map_err(|e| ClusterError::Storage(format!("opening the state machine: {e}")))?
+                .map_err(|e| ClusterError::Storage(e.to_string()))?
+        };
+        let channels = network::Channels::default();
+        let factory = network::NetworkFactory {
+            node_id: config.node_id,
+            channels: channels.clone(),
+            max_message_bytes: config.peer_max_message_bytes,
+        };
+        let raft = types::Raft::new(
+            config.node_id,
+            raft_config,
+            factory,
+            log_store.clone(),
+            state_machine.clone(),
+        )
+        .await
+        .map_err(|e| ClusterError::Storage(format!("starting raft: {e}")))?;
+        let write_timeout_ms = WRITE_TIMEOUT_MIN_MS.max(5 * config.election_timeout_max_ms);
+        let batcher = batcher::Batcher::start(
+            raft.clone(),
+            batcher::BatcherConfig {
+                max_ops: config.batch_max_ops.max(1),
+                max_bytes: config.batch_max_bytes.max(1),
+                max_in_flight: config.batch_max_in_flight.max(1),
+                ack: config.ack,
+                ack_all_timeout: std::time::Duration::from_millis(config.ack_all_timeout_ms),
+                write_timeout: std::time::Duration::from_millis(write_timeout_ms),
+            },
+        );
+        let reads = reads::ReadBarrier::new(
+            raft.clone(),
+            std::time::Duration::from_millis(READ_APPLY_TIMEOUT_MS),
+        );
+        Ok(ClusterNode {
+            inner: Arc::new(Inner {
+                config,
+                raft,
+                log_store,
+                state_machine,
+                batcher,
+                reads,
+                channels,
+                stopped: std::sync::atomic::AtomicBool::new(false),
+            }),
+        })
     }
 
-    /// The tonic service for the peer port (`ftkv.raft.v1.Raft`), message limits raised.
+    /// The tonic service for the peer port (`ftkv.raft.v1.Raft`), message limits raised to
+    /// `peer_max_message_bytes`.
     pub fn peer_service(
         &self,
     ) -> ftkv_proto::raft::v1::raft_server::RaftServer<impl ftkv_proto::raft::v1::raft_server::Raft> {
-        ftkv_proto::raft::v1::raft_server::RaftServer::new(Unimplemented)
+        let limit = self.inner.config.peer_max_message_bytes;
+        ftkv_proto::raft::v1::raft_server::RaftServer::new(peer_server::PeerServer {
+            node_id: self.inner.config.node_id,
+            addr: self.inner.config.addr.clone(),
+            raft: self.inner.raft.clone(),
+        })
+        .max_decoding_message_size(limit)
+        .max_encoding_message_size(limit)
     }
 
     /// Initializes a new cluster whose voters are `peers` (node id -> peer address, this node
     /// included). Learns each member's client address with the `GetNodeInfo` peer RPC
     /// (retrying until every peer answers or `timeout_ms` passes). Idempotent: Ok when this
     /// node already has a membership.
-    pub async fn initialize(&self, _peers: BTreeMap<u64, String>, _timeout_ms: u64) -> Result<(), ClusterError> {
-        todo!()
+    ///
+    /// Errors: `Invalid` when this node is not in `peers` or a peer reports another id;
+    /// `Unavailable` when a peer does not answer in time.
+    pub async fn initialize(
+        &self,
+        peers: BTreeMap<u64, String>,
+        timeout_ms: u64,
+    ) -> Result<(), ClusterError> {
+        let me = self.inner.config.node_id;
+        if !peers.contains_key(&me) {
+            return Err(ClusterError::Invalid(format!(
+                "node {me} is not among the initial members"
+            )));
+        }
+        if self.is_initialized().await? {
+            return Ok(());
+        }
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(timeout_ms);
+        let mut members = BTreeMap::new();
+        for (&id, peer) in &peers {
+            if id == me {
+                members.insert(id, self.inner.config.addr.clone());
+                continue;
+            }
+            let info = self.node_info_until(peer, deadline).await?;
+            if info.id != id {
+                return Err(ClusterError::Invalid(format!(
+                    "{peer} is node {}, not node {id}",
+                    info.id
+                )));
+            }
+            members.insert(
+                id,
+                NodeAddr {
+                    client: info.client_endpoint,
+                    peer: peer.clone(),
+                },
+            );
+        }
+        match self.inner.raft.initialize(members).await {
+            Ok(()) => Ok(()),
+            Err(openraft::error::RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => {
+                Ok(())
+            }
+            Err(openraft::error::RaftError::APIError(e)) => Err(ClusterError::Invalid(e.to_string())),
+            Err(openraft::error::RaftError::Fatal(f)) => Err(errors::fatal_to_error(f)),
+        }
+    }
+
+    async fn is_initialized(&self) -> Result<bool, ClusterError> {
+        self.inner
+            .raft
+            .is_initialized()
+            .await
+            .map_err(errors::fatal_to_error)
+    }
+
+    async fn node_info_until(
+        &self,
+        peer: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<ftkv_proto::raft::v1::NodeInfo, ClusterError> {
+        loop {
+            let attempt = network::get_node_info(
+                &self.inner.channels,
+                peer,
+                self.inner.config.peer_max_message_bytes,
+                std::time::Duration::from_millis(1_000),
+            )
+            .await;
+            match attempt {
+                Ok(info) => return Ok(info),
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    return Err(ClusterError::Unavailable(format!(
+                        "peer {peer} did not answer GetNodeInfo: {e}"
+                    )));
+                }
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
+            }
+        }
     }
 
     /// Proposes `command` through the batcher; returns its result and log index once
     /// committed and applied (and, with `AckPolicy::All`, on every voter).
-    pub async fn write(&self, _command: Command) -> Result<(CommandResult, u64), ClusterError> {
-        todo!()
+    ///
+    /// Errors: `NotLeader` (not applied), `Ambiguous` (outcome unknown: leader change or timeout
+    /// after proposing), `NotOnAllReplicas` (committed; `AckPolicy::All` only), `Unavailable`
+    /// (shutting down; not applied), `Storage`.
+    pub async fn write(&self, command: Command) -> Result<(CommandResult, u64), ClusterError> {
+        if self.inner.stopped.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(ClusterError::Unavailable("node is shutting down".into()));
+        }
+        self.inner.batcher.write(command).await
     }
 
     /// Linearizable read barrier: one shared ReadIndex round, then waits until applied >=
     /// read index. Returns the read index. After it, read `engine()` directly.
+    ///
+    /// Errors: `NotLeader` on a follower, `Unavailable` without a quorum or while stopping.
     pub async fn read_barrier(&self) -> Result<u64, ClusterError> {
-        todo!()
+        if self.inner.stopped.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(ClusterError::Unavailable("node is shutting down".into()));
+        }
+        if self.inner.config.unsafe_local_reads {
+            return Ok(self.inner.state_machine.applied_index());
+        }
+        self.inner.reads.barrier().await
     }
 
     /// The state machine's engine (for reads).
     pub fn engine(&self) -> Arc<dyn Engine> {
-        todo!()
+        self.inner.state_machine.engine()
     }
 
     /// Current status.
     pub fn status(&self) -> NodeStatus {
-        todo!()
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
+        let membership = m.membership_config.membership();
+        let leader_client_addr = m
+            .current_leader
+            .and_then(|id| membership.get_node(&id))
+            .map(|n| n.client.clone());
+        let role = match m.state {
+            openraft::ServerState::Leader => "leader",
+            openraft::ServerState::Candidate => "candidate",
+            openraft::ServerState::Follower => "follower",
+            openraft::ServerState::Learner => "learner",
+            openraft::ServerState::Shutdown => "shutdown",
+        };
+        let applied_index = m.last_applied.map_or(0, |l| l.index);
+        NodeStatus {
+            node_id: self.inner.config.node_id,
+            leader_id: m.current_leader,
+            leader_client_addr,
+            term: m.current_term,
+            last_log_index: m.last_log_index.unwrap_or(0),
+            applied_index,
+            commit_index: self.inner.log_store.committed_index().max(applied_index),
+            role: role.to_string(),
+            ops_per_entry: self.inner.batcher.stats().ops_per_entry(),
+        }
     }
 
-    /// Current membership.
+    /// Current membership (voters and learners, by id).
     pub fn members(&self) -> Vec<MemberInfo> {
-        todo!()
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
+        let membership = m.membership_config.membership();
+        let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
+        membership
+            .nodes()
+            .map(|(id, addr)| MemberInfo {
+                id: *id,
+                addr: addr.clone(),
+                is_voter: voters.contains(id),
+            })
+            .collect()
     }
 
-    /// Adds a learner (blocking until it has caught up is not required).
-    pub async fn add_learner(&self, _id: u64, _addr: NodeAddr) -> Result<(), ClusterError> {
-        todo!()
+    /// Adds a learner (returns once the membership entry is committed; the learner catches up
+    /// in the background).
+    pub async fn add_learner(&self, id: u64, addr: NodeAddr) -> Result<(), ClusterError> {
+        if id == 0 {
+            return Err(ClusterError::Invalid("node id 0 is reserved".into()));
+        }
+        let res = self.inner.raft.add_learner(id, addr, false).await;
+        self.membership_result(res)
     }
 
     /// Promotes a learner to voter.
-    pub async fn promote(&self, _id: u64) -> Result<(), ClusterError> {
-        todo!()
+    pub async fn promote(&self, id: u64) -> Result<(), ClusterError> {
+        if !self.members().iter().any(|m| m.id == id) {
+            return Err(ClusterError::Invalid(format!(
+                "node {id} is not a member; add it as a learner first"
+            )));
+        }
+        let ids: std::collections::BTreeSet<u64> = [id].into_iter().collect();
+        let res = self
+            .inner
+            .raft
+            .change_membership(openraft::ChangeMembers::AddVoterIds(ids), false)
+            .await;
+        self.membership_result(res)
     }
 
     /// Removes a voter or learner.
-    pub async fn remove(&self, _id: u64) -> Result<(), ClusterError> {
-        todo!()
+    pub async fn remove(&self, id: u64) -> Result<(), ClusterError> {
+        let Some(member) = self.members().into_iter().find(|m| m.id == id) else {
+            return Err(ClusterError::Invalid(format!("node {id} is not a member")));
+        };
+        let ids: std::collections::BTreeSet<u64> = [id].into_iter().collect();
+        let change = if member.is_voter {
+            openraft::ChangeMembers::RemoveVoters(ids)
+        } else {
+            openraft::ChangeMembers::RemoveNodes(ids)
+        };
+        let res = self.inner.raft.change_membership(change, false).await;
+        self.membership_result(res)
     }
 
-    /// Stops Raft, flushes the log and checkpoints the engine.
+    fn membership_result<T>(
+        &self,
+        res: Result<T, openraft::error::RaftError<u64, openraft::error::ClientWriteError<u64, NodeAddr>>>,
+    ) -> Result<(), ClusterError> {
+        use openraft::error::{ClientWriteError, RaftError};
+        match res {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(errors::not_leader(&self.inner.raft, f.leader_id, f.leader_node))
+            }
+            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
+                Err(ClusterError::Invalid(e.to_string()))
+            }
+            Err(RaftError::Fatal(f)) => Err(errors::fatal_to_error(f)),
+        }
+    }
+
+    /// Stops Raft, flushes the log and checkpoints the engine. Idempotent.
     pub async fn shutdown(&self) -> Result<(), ClusterError> {
-        todo!()
-    }
-}
-
-struct Unimplemented;
-#[tonic::async_trait]
-impl ftkv_proto::raft::v1::raft_server::Raft for Unimplemented {
-    async fn append_entries(
-        &self,
-        _r: tonic::Request<ftkv_proto::raft::v1::RaftMessage>,
-    ) -> Result<tonic::Response<ftkv_proto::raft::v1::RaftMessage>, tonic::Status> {
-        Err(tonic::Status::unimplemented("x"))
-    }
-    async fn vote(
-        &self,
-        _r: tonic::Request<ftkv_proto::raft::v1::RaftMessage>,
-    ) -> Result<tonic::Response<ftkv_proto::raft::v1::RaftMessage>, tonic::Status> {
-        Err(tonic::Status::unimplemented("x"))
-    }
-    async fn install_snapshot(
-        &self,
-        _r: tonic::Request<ftkv_proto::raft::v1::RaftMessage>,
-    ) -> Result<tonic::Response<ftkv_proto::raft::v1::RaftMessage>, tonic::Status> {
-        Err(tonic::Status::unimplemented("x"))
-    }
-    async fn get_node_info(
-        &self,
-        _r: tonic::Request<ftkv_proto::raft::v1::NodeInfoRequest>,
-    ) -> Result<tonic::Response<ftkv_proto::raft::v1::NodeInfo>, tonic::Status> {
-        Err(tonic::Status::unimplemented("x"))
+        if self.inner.stopped.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.inner
+            .raft
+            .shutdown()
+            .await
+            .map_err(|e| ClusterError::Storage(format!("raft shutdown: {e}")))?;
+        let log = self.inner.log_store.log().clone();
+        let sm = self.inner.state_machine.clone();
+        tokio::task::spawn_blocking(move || -> Result<(), ClusterError> {
+            log.sync()
+                .map_err(|e| ClusterError::Storage(format!("log sync at shutdown: {e}")))?;
+            sm.checkpoint()
+                .map_err(|e| ClusterError::Storage(format!("engine checkpoint at shutdown: {e}")))
+        })
+        .await
+        .map_err(|e| ClusterError::Storage(format!("shutdown task: {e}")))?
     }
 }

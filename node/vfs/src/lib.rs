@@ -69,7 +69,10 @@ pub trait VfsFile: Send + Sync + Debug {
         while !buf.is_empty() {
             match self.read_at(buf, offset) {
                 Ok(0) => {
-                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file ended before buffer filled"))
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "file ended before buffer filled",
+                    ))
                 }
                 Ok(n) => {
                     buf = &mut buf[n..];
@@ -134,8 +137,15 @@ impl Vfs for RealVfs {
     }
 
     fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn VfsFile>> {
-        let file = OpenOptions::new().read(true).write(true).create(create).open(path)?;
-        Ok(Arc::new(RealFile { file, path: path.to_path_buf() }))
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .open(path)?;
+        Ok(Arc::new(RealFile {
+            file,
+            path: path.to_path_buf(),
+        }))
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
@@ -186,7 +196,10 @@ impl RealFile {
     fn fallocate_punch(&self, offset: u64, len: u64) -> io::Result<bool> {
         use std::os::unix::io::AsRawFd;
         let (Ok(off), Ok(l)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "punch_hole range exceeds off_t"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "punch_hole range exceeds off_t",
+            ));
         };
         // SAFETY: `fallocate` is called on a file descriptor owned by `self.file`, which stays open
         // for the whole call; it takes only integer arguments and touches no memory of ours.
@@ -271,7 +284,6 @@ struct Inode {
     pending: Vec<PendingWrite>,
 }
 
-#[derive(Debug)]
 struct FaultState {
     rng: StdRng,
     /// Bumped by every crash; handles of older epochs fail.
@@ -298,15 +310,13 @@ struct FaultState {
 /// See the crate docs for the durability model. Mutating operations (`write_all_at`, `sync_data`,
 /// `set_len`, `punch_hole`, `rename`, `remove_file`, `sync_dir`, and `open` that creates a file) are
 /// counted by [`op_count`](FaultVfs::op_count); faults trip on that count.
-#[derive(Debug)]
 pub struct FaultVfs {
-    state: Mutex<FaultState>,
+    state: Arc<Mutex<FaultState>>,
 }
 
 /// A handle to a [`FaultVfs`] file. Invalid (every call errors) after [`FaultVfs::crash`].
-#[derive(Debug)]
 pub struct FaultFile {
-    vfs: Arc<FaultVfs>,
+    state: Arc<Mutex<FaultState>>,
     inode: InodeId,
     epoch: u64,
     path: PathBuf,
@@ -364,7 +374,7 @@ impl FaultVfs {
     /// A new empty file system; `seed` drives every random choice (torn-write shapes).
     pub fn new(seed: u64) -> Arc<Self> {
         Arc::new(FaultVfs {
-            state: Mutex::new(FaultState {
+            state: Arc::new(Mutex::new(FaultState {
                 rng: StdRng::seed_from_u64(seed),
                 epoch: 0,
                 next_inode: 1,
@@ -375,7 +385,7 @@ impl FaultVfs {
                 op_count: 0,
                 fail_at: None,
                 tripped: false,
-            }),
+            })),
         })
     }
 
@@ -394,8 +404,12 @@ impl FaultVfs {
         st.inodes.retain(|id, _| live.contains(id));
         if torn {
             let candidates: Vec<InodeId> = {
-                let mut v: Vec<InodeId> =
-                    st.inodes.iter().filter(|(_, i)| !i.pending.is_empty()).map(|(id, _)| *id).collect();
+                let mut v: Vec<InodeId> = st
+                    .inodes
+                    .iter()
+                    .filter(|(_, i)| !i.pending.is_empty())
+                    .map(|(id, _)| *id)
+                    .collect();
                 v.sort_unstable();
                 v
             };
@@ -478,8 +492,14 @@ impl FaultVfs {
     /// faults and counters (to plant corruption). Extends the file with zeros if needed.
     pub fn inject_bytes(&self, path: &Path, offset: u64, data: &[u8]) -> io::Result<()> {
         let mut st = self.state.lock();
-        let id = *st.names.get(path).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
-        let inode = st.inodes.get_mut(&id).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        let id = *st
+            .names
+            .get(path)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        let inode = st
+            .inodes
+            .get_mut(&id)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         write_into(&mut inode.current, offset, data);
         write_into(&mut inode.durable, offset, data);
         Ok(())
@@ -488,8 +508,14 @@ impl FaultVfs {
     /// Test helper: sets the length of `path` in both images, bypassing faults and counters.
     pub fn inject_len(&self, path: &Path, len: u64) -> io::Result<()> {
         let mut st = self.state.lock();
-        let id = *st.names.get(path).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
-        let inode = st.inodes.get_mut(&id).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        let id = *st
+            .names
+            .get(path)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        let inode = st
+            .inodes
+            .get_mut(&id)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
         inode.current.resize(len as usize, 0);
         inode.durable.resize(len as usize, 0);
         Ok(())
@@ -501,30 +527,9 @@ impl FaultVfs {
         let id = st.durable_names.get(path)?;
         st.inodes.get(id).map(|i| i.durable.len() as u64)
     }
-
-    fn with_inode<R>(
-        &self,
-        file: &FaultFile,
-        mutation: Option<&str>,
-        f: impl FnOnce(&mut Inode) -> R,
-    ) -> io::Result<R> {
-        let mut st = self.state.lock();
-        if st.epoch != file.epoch {
-            return Err(stale());
-        }
-        match mutation {
-            Some(what) => st.begin_mutation(what)?,
-            None => st.check_tripped("read")?,
-        }
-        let inode = st.inodes.get_mut(&file.inode).ok_or_else(stale)?;
-        Ok(f(inode))
-    }
 }
 
-impl Vfs for Arc<FaultVfs> {
-    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        (**self).create_dir_all(path)
-    }
+impl Vfs for FaultVfs {
     fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn VfsFile>> {
         let mut st = self.state.lock();
         st.check_tripped("open")?;
@@ -535,10 +540,16 @@ impl Vfs for Arc<FaultVfs> {
                     return Err(io::Error::new(io::ErrorKind::IsADirectory, "open of a directory"));
                 }
                 if !create {
-                    return Err(io::Error::new(io::ErrorKind::NotFound, format!("{} not found", path.display())));
+                    return Err(io::Error::new(
+                        io::ErrorKind::NotFound,
+                        format!("{} not found", path.display()),
+                    ));
                 }
                 if !st.dir_exists(&parent_of(path)) {
-                    return Err(io::Error::new(io::ErrorKind::NotFound, "parent directory missing"));
+                    return Err(io::Error::new(
+                        io::ErrorKind::NotFound,
+                        "parent directory missing",
+                    ));
                 }
                 st.begin_mutation("create")?;
                 let id = st.next_inode;
@@ -549,26 +560,13 @@ impl Vfs for Arc<FaultVfs> {
             }
         };
         let epoch = st.epoch;
-        Ok(Arc::new(FaultFile { vfs: Arc::clone(self), inode: id, epoch, path: path.to_path_buf() }))
+        Ok(Arc::new(FaultFile {
+            state: Arc::clone(&self.state),
+            inode: id,
+            epoch,
+            path: path.to_path_buf(),
+        }))
     }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        (**self).remove_file(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        (**self).rename(from, to)
-    }
-    fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        (**self).sync_dir(path)
-    }
-    fn list_dir(&self, path: &Path) -> io::Result<Vec<PathBuf>> {
-        (**self).list_dir(path)
-    }
-    fn exists(&self, path: &Path) -> bool {
-        (**self).exists(path)
-    }
-}
-
-impl FaultVfs {
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         let mut st = self.state.lock();
         st.check_tripped("create_dir_all")?;
@@ -576,7 +574,10 @@ impl FaultVfs {
         for comp in path.components() {
             p.push(comp);
             if st.names.contains_key(&p) {
-                return Err(io::Error::new(io::ErrorKind::AlreadyExists, "a file is in the way"));
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    "a file is in the way",
+                ));
             }
             st.dirs.insert(p.clone());
         }
@@ -587,7 +588,10 @@ impl FaultVfs {
         let mut st = self.state.lock();
         st.check_tripped("remove_file")?;
         if !st.names.contains_key(path) {
-            return Err(io::Error::new(io::ErrorKind::NotFound, format!("{} not found", path.display())));
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{} not found", path.display()),
+            ));
         }
         st.begin_mutation("remove_file")?;
         st.names.remove(path);
@@ -598,13 +602,22 @@ impl FaultVfs {
         let mut st = self.state.lock();
         st.check_tripped("rename")?;
         let Some(id) = st.names.get(from).copied() else {
-            return Err(io::Error::new(io::ErrorKind::NotFound, format!("{} not found", from.display())));
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{} not found", from.display()),
+            ));
         };
         if !st.dir_exists(&parent_of(to)) {
-            return Err(io::Error::new(io::ErrorKind::NotFound, "target directory missing"));
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "target directory missing",
+            ));
         }
         if st.dirs.contains(to) {
-            return Err(io::Error::new(io::ErrorKind::IsADirectory, "rename onto a directory"));
+            return Err(io::Error::new(
+                io::ErrorKind::IsADirectory,
+                "rename onto a directory",
+            ));
         }
         st.begin_mutation("rename")?;
         st.names.remove(from);
@@ -635,7 +648,12 @@ impl FaultVfs {
         if !st.dir_exists(path) {
             return Err(io::Error::new(io::ErrorKind::NotFound, "directory missing"));
         }
-        Ok(st.names.keys().filter(|p| parent_of(p) == path).cloned().collect())
+        Ok(st
+            .names
+            .keys()
+            .filter(|p| parent_of(p) == path)
+            .cloned()
+            .collect())
     }
 
     fn exists(&self, path: &Path) -> bool {
@@ -644,7 +662,43 @@ impl FaultVfs {
     }
 }
 
+impl Debug for FaultVfs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.state.lock();
+        f.debug_struct("FaultVfs")
+            .field("epoch", &st.epoch)
+            .field("files", &st.names.len())
+            .field("op_count", &st.op_count)
+            .field("fail_at", &st.fail_at)
+            .field("tripped", &st.tripped)
+            .finish()
+    }
+}
+
+impl Debug for FaultFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultFile")
+            .field("path", &self.path)
+            .field("inode", &self.inode)
+            .field("epoch", &self.epoch)
+            .finish()
+    }
+}
+
 impl FaultFile {
+    fn with_inode<R>(&self, mutation: Option<&str>, f: impl FnOnce(&mut Inode) -> R) -> io::Result<R> {
+        let mut st = self.state.lock();
+        if st.epoch != self.epoch {
+            return Err(stale());
+        }
+        match mutation {
+            Some(what) => st.begin_mutation(what)?,
+            None => st.check_tripped("read")?,
+        }
+        let inode = st.inodes.get_mut(&self.inode).ok_or_else(stale)?;
+        Ok(f(inode))
+    }
+
     /// The path this file was opened with.
     pub fn path(&self) -> &Path {
         &self.path
@@ -653,7 +707,7 @@ impl FaultFile {
 
 impl VfsFile for FaultFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.vfs.with_inode(self, None, |inode| {
+        self.with_inode(None, |inode| {
             let len = inode.current.len() as u64;
             if offset >= len {
                 return 0;
@@ -666,31 +720,34 @@ impl VfsFile for FaultFile {
     }
 
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.vfs.with_inode(self, Some("write"), |inode| {
+        self.with_inode(Some("write"), |inode| {
             write_into(&mut inode.current, offset, buf);
-            inode.pending.push(PendingWrite { offset, data: buf.to_vec() });
+            inode.pending.push(PendingWrite {
+                offset,
+                data: buf.to_vec(),
+            });
         })
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        self.vfs.with_inode(self, Some("sync_data"), |inode| {
+        self.with_inode(Some("sync_data"), |inode| {
             inode.durable = inode.current.clone();
             inode.pending.clear();
         })
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
-        self.vfs.with_inode(self, Some("set_len"), |inode| {
+        self.with_inode(Some("set_len"), |inode| {
             inode.current.resize(len as usize, 0);
         })
     }
 
     fn len(&self) -> io::Result<u64> {
-        self.vfs.with_inode(self, None, |inode| inode.current.len() as u64)
+        self.with_inode(None, |inode| inode.current.len() as u64)
     }
 
     fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.vfs.with_inode(self, Some("punch_hole"), |inode| {
+        self.with_inode(Some("punch_hole"), |inode| {
             let file_len = inode.current.len() as u64;
             if offset < file_len {
                 let end = offset.saturating_add(len).min(file_len) as usize;

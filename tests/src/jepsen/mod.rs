@@ -1,1 +1,7 @@
-//! Jepsen-style harness (being written).
+//! Jepsen-style fault harness: drives concurrent clients against a real ftkv cluster while a
+//! nemesis injects faults, records a [`history`], checks it with the [`checker`]s and writes a
+//! report. Design: `shared/design/TESTING.md`; names follow Jepsen (db, client, nemesis,
+//! generator, history, checker).
+
+pub mod checker;
+pub mod history;

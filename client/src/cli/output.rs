@@ -1,0 +1,293 @@
+//! Output formats of `ftkvctl` (`-w simple|json|table`, as etcdctl's `--write-out`) and the
+//! rendering of keys and values (`--hex`).
+
+use serde_json::{json, Value};
+
+use crate::{KeyValue, Membership, NodeStatus};
+
+/// How results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Plain lines, etcdctl-like (key line, value line).
+    Simple,
+    /// One JSON document on stdout.
+    Json,
+    /// An ASCII table.
+    Table,
+}
+
+/// How keys and values are shown: hex with `--hex`, else text (invalid UTF-8 replaced by
+/// U+FFFD; use `--hex` for binary data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bytes {
+    /// Print as lower-case hex.
+    pub hex: bool,
+}
+
+impl Bytes {
+    /// Renders one key or value.
+    pub fn show(&self, bytes: &[u8]) -> String {
+        if self.hex {
+            super::hex::encode(bytes)
+        } else {
+            String::from_utf8_lossy(bytes).into_owned()
+        }
+    }
+}
+
+/// Renders rows under headers as an ASCII table (`+---+` borders, etcdctl style).
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+    }
+    let border = {
+        let mut s = String::from("+");
+        for w in &widths {
+            s.push_str(&"-".repeat(w + 2));
+            s.push('+');
+        }
+        s
+    };
+    let line = |cells: Vec<&str>| {
+        let mut s = String::from("|");
+        for (i, w) in widths.iter().enumerate() {
+            let cell = cells.get(i).copied().unwrap_or("");
+            let pad = w.saturating_sub(cell.chars().count());
+            s.push(' ');
+            s.push_str(cell);
+            s.push_str(&" ".repeat(pad + 1));
+            s.push('|');
+        }
+        s
+    };
+    let mut out = vec![border.clone(), line(headers.to_vec()), border.clone()];
+    for row in rows {
+        out.push(line(row.iter().map(String::as_str).collect()));
+    }
+    out.push(border);
+    out.join("\n")
+}
+
+/// Key-value pairs in the chosen format.
+pub fn kvs(format: Format, bytes: Bytes, pairs: &[KeyValue], keys_only: bool) -> String {
+    match format {
+        Format::Simple => {
+            let mut lines = Vec::new();
+            for kv in pairs {
+                lines.push(bytes.show(&kv.key));
+                if !keys_only {
+                    lines.push(bytes.show(&kv.value));
+                }
+            }
+            lines.join("\n")
+        }
+        Format::Json => {
+            let items: Vec<Value> = pairs
+                .iter()
+                .map(|kv| {
+                    if keys_only {
+                        json!({ "key": bytes.show(&kv.key) })
+                    } else {
+                        json!({ "key": bytes.show(&kv.key), "value": bytes.show(&kv.value) })
+                    }
+                })
+                .collect();
+            json!({ "count": pairs.len(), "kvs": items }).to_string()
+        }
+        Format::Table => {
+            let rows: Vec<Vec<String>> =
+                pairs.iter().map(|kv| vec![bytes.show(&kv.key), bytes.show(&kv.value)]).collect();
+            if keys_only {
+                let rows: Vec<Vec<String>> = pairs.iter().map(|kv| vec![bytes.show(&kv.key)]).collect();
+                table(&["KEY"], &rows)
+            } else {
+                table(&["KEY", "VALUE"], &rows)
+            }
+        }
+    }
+}
+
+/// The JSON object of one node's status. Field names are a contract that scripts rely on:
+/// `id`, `endpoint`, `is_leader`, `leader_id`, `term`, `commit_index`, `applied_index`,
+/// `engine` (more fields may be added, none removed).
+pub fn status_json(s: &NodeStatus) -> Value {
+    json!({
+        "id": s.node_id,
+        "endpoint": s.endpoint,
+        "is_leader": s.is_leader,
+        "leader_id": s.leader_id,
+        "leader_endpoint": s.leader_endpoint,
+        "term": s.term,
+        "commit_index": s.commit_index,
+        "applied_index": s.applied_index,
+        "last_log_index": s.last_log_index,
+        "engine": s.engine,
+        "role": s.role,
+        "data_size_bytes": s.data_size_bytes,
+        "client_endpoint": s.client_endpoint,
+        "ops_per_entry": s.ops_per_entry,
+        "digest": s.digest,
+        "version": s.version,
+    })
+}
+
+/// Statuses of several nodes in the chosen format (JSON: one array).
+pub fn statuses(format: Format, list: &[NodeStatus]) -> String {
+    match format {
+        Format::Json => Value::Array(list.iter().map(status_json).collect()).to_string(),
+        Format::Simple => list
+            .iter()
+            .map(|s| {
+                format!(
+                    "{}, {}, {}, {}, {}, {}, {}, {}, {}, {}",
+                    s.endpoint,
+                    s.node_id,
+                    s.version,
+                    s.data_size_bytes,
+                    s.is_leader,
+                    s.role,
+                    s.term,
+                    s.commit_index,
+                    s.applied_index,
+                    s.engine
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Format::Table => {
+            let rows: Vec<Vec<String>> = list
+                .iter()
+                .map(|s| {
+                    vec![
+                        s.endpoint.clone(),
+                        s.node_id.to_string(),
+                        s.version.clone(),
+                        s.data_size_bytes.to_string(),
+                        s.is_leader.to_string(),
+                        s.role.clone(),
+                        s.term.to_string(),
+                        s.commit_index.to_string(),
+                        s.applied_index.to_string(),
+                        s.engine.clone(),
+                    ]
+                })
+                .collect();
+            table(
+                &[
+                    "ENDPOINT",
+                    "ID",
+                    "VERSION",
+                    "DB SIZE (BYTES)",
+                    "IS LEADER",
+                    "ROLE",
+                    "RAFT TERM",
+                    "COMMIT INDEX",
+                    "APPLIED INDEX",
+                    "ENGINE",
+                ],
+                &rows,
+            )
+        }
+    }
+}
+
+/// The membership in the chosen format.
+pub fn membership(format: Format, m: &Membership) -> String {
+    let role = |voter: bool| if voter { "voter" } else { "learner" };
+    match format {
+        Format::Json => {
+            let members: Vec<Value> = m
+                .members
+                .iter()
+                .map(|x| {
+                    json!({
+                        "id": x.id,
+                        "client_endpoint": x.client_endpoint,
+                        "peer_endpoint": x.peer_endpoint,
+                        "is_voter": x.is_voter,
+                        "is_leader": x.id == m.leader_id,
+                    })
+                })
+                .collect();
+            json!({ "leader_id": m.leader_id, "members": members }).to_string()
+        }
+        Format::Simple => m
+            .members
+            .iter()
+            .map(|x| {
+                format!(
+                    "{}, {}, {}, {}, {}",
+                    x.id,
+                    role(x.is_voter),
+                    x.client_endpoint,
+                    x.peer_endpoint,
+                    if x.id == m.leader_id { "leader" } else { "-" }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Format::Table => {
+            let rows: Vec<Vec<String>> = m
+                .members
+                .iter()
+                .map(|x| {
+                    vec![
+                        x.id.to_string(),
+                        role(x.is_voter).to_string(),
+                        x.client_endpoint.clone(),
+                        x.peer_endpoint.clone(),
+                        (x.id == m.leader_id).to_string(),
+                    ]
+                })
+                .collect();
+            table(&["ID", "ROLE", "CLIENT ENDPOINT", "PEER ENDPOINT", "IS LEADER"], &rows)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_aligns_columns() {
+        let t = table(&["A", "LONGER"], &[vec!["xyz".into(), "1".into()]]);
+        let expected = "+-----+--------+\n| A   | LONGER |\n+-----+--------+\n| xyz | 1      |\n+-----+--------+";
+        assert_eq!(t, expected);
+    }
+
+    #[test]
+    fn bytes_render_as_text_or_hex() {
+        assert_eq!(Bytes { hex: false }.show(b"abc"), "abc");
+        assert_eq!(Bytes { hex: true }.show(&[0, 255]), "00ff");
+        assert_eq!(Bytes { hex: false }.show(&[0x61, 0xff]), "a\u{fffd}");
+    }
+
+    #[test]
+    fn status_json_has_the_contract_fields() {
+        let s = NodeStatus { node_id: 2, endpoint: "h:1".into(), is_leader: true, engine: "sled".into(), ..Default::default() };
+        let v = status_json(&s);
+        for field in ["id", "endpoint", "is_leader", "leader_id", "term", "commit_index", "applied_index", "engine"] {
+            assert!(v.get(field).is_some(), "missing {field}");
+        }
+        assert_eq!(v["id"], 2);
+        assert_eq!(v["is_leader"], true);
+        let arr: Value = serde_json::from_str(&statuses(Format::Json, &[s])).unwrap();
+        assert_eq!(arr.as_array().map(Vec::len), Some(1));
+    }
+
+    #[test]
+    fn kvs_formats() {
+        let pairs = vec![KeyValue { key: b"k".to_vec(), value: b"v".to_vec() }];
+        assert_eq!(kvs(Format::Simple, Bytes { hex: false }, &pairs, false), "k\nv");
+        assert_eq!(kvs(Format::Simple, Bytes { hex: true }, &pairs, true), "6b");
+        let v: Value = serde_json::from_str(&kvs(Format::Json, Bytes { hex: false }, &pairs, false)).unwrap();
+        assert_eq!(v["count"], 1);
+        assert_eq!(v["kvs"][0]["value"], "v");
+    }
+}

@@ -1,0 +1,834 @@
+//! [`Client`]: leader discovery, redirects, retries with one overall deadline, and write
+//! sessions, over one lazily connected gRPC channel per endpoint.
+//!
+//! Design source: etcd's clientv3 (endpoint list, balancer that sticks to a working endpoint,
+//! retry of safe calls) and the Raft thesis section 6.2/6.3 (clients find the leader through
+//! redirects and retry writes with the same session so they apply at most once).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ftkv_proto::v1 as pb;
+use ftkv_proto::v1::cluster_client::ClusterClient;
+use ftkv_proto::v1::kv_client::KvClient;
+use parking_lot::Mutex;
+use tonic::transport::Channel;
+
+use crate::error::{classify_status, Error, Result};
+use crate::retry::RetryPolicy;
+use crate::session::{SessionTracker, WriteSession};
+use crate::types::{
+    prefix_end, KeyValue, Membership, NodeStatus, Op, ReadConsistency, ResponseInfo, ScanOptions, ScanPage, Txn,
+    TxnOpResult, TxnResult, UpsertOp,
+};
+
+/// Default client port of an ftkv node.
+pub const DEFAULT_ENDPOINT: &str = "127.0.0.1:7379";
+/// Default largest gRPC message sent or received: 64 MiB (a 4 MiB batch and big scan pages fit).
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Settings of a [`Client`]; see [`ClientBuilder`].
+#[derive(Debug, Clone)]
+struct Config {
+    connect_timeout: Duration,
+    request_timeout: Duration,
+    retry: RetryPolicy,
+    max_message_bytes: usize,
+}
+
+/// Builds a [`Client`]: `Client::builder().endpoints(["127.0.0.1:7379"]).build().await?`.
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    endpoints: Vec<String>,
+    config: Config,
+    debug_drop_write_responses: u32,
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        Self {
+            endpoints: Vec::new(),
+            config: Config {
+                connect_timeout: Duration::from_secs(2),
+                request_timeout: Duration::from_secs(5),
+                retry: RetryPolicy::default(),
+                max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            },
+            debug_drop_write_responses: 0,
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// Client endpoints of the cluster's nodes, `host:port` (an `http://` prefix is accepted).
+    /// Any one reachable node is enough: the others are learned from `NOT_LEADER` redirects.
+    pub fn endpoints<I, S>(mut self, endpoints: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.endpoints = endpoints.into_iter().map(|e| e.as_ref().to_string()).collect();
+        self
+    }
+
+    /// Time allowed to open a TCP + HTTP/2 connection to one endpoint (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// Time allowed to one attempt of one call (default 5 s). A write whose attempt times out
+    /// has an unknown outcome and is retried with the same session.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.config.request_timeout = timeout;
+        self
+    }
+
+    /// Retry budget of each call (default [`RetryPolicy::default`]).
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.config.retry = policy;
+        self
+    }
+
+    /// Largest gRPC message sent or received, bytes (default 64 MiB).
+    pub fn max_message_bytes(mut self, bytes: usize) -> Self {
+        self.config.max_message_bytes = bytes;
+        self
+    }
+
+    /// **Test only.** Discards the first `n` successful write responses (put, delete, write,
+    /// txn, upsert) as if the request had timed out after the node applied it, so the client
+    /// retries them with the same session. Used to show that a retried `Upsert{Add}` after a
+    /// timeout is applied exactly once. Never set this in production code.
+    pub fn debug_drop_write_responses(mut self, n: u32) -> Self {
+        self.debug_drop_write_responses = n;
+        self
+    }
+
+    /// Validates the endpoints and creates the client. Connections are opened lazily on first
+    /// use, so this succeeds even when no node is up yet.
+    ///
+    /// Errors: [`Error::NoEndpoints`] for an empty list, [`Error::InvalidEndpoint`] for an
+    /// endpoint that is not `host:port`.
+    pub async fn build(self) -> Result<Client> {
+        let mut endpoints: Vec<String> = Vec::new();
+        for raw in &self.endpoints {
+            let ep = normalize_endpoint(raw)?;
+            if !endpoints.contains(&ep) {
+                endpoints.push(ep);
+            }
+        }
+        if endpoints.is_empty() {
+            return Err(Error::NoEndpoints);
+        }
+        let inner = Inner {
+            config: self.config,
+            pool: Mutex::new(Pool { endpoints, channels: HashMap::new() }),
+            preferred: Mutex::new(None),
+            rotation: AtomicUsize::new(0),
+            sessions: SessionTracker::new(),
+            drop_write_responses: AtomicU32::new(self.debug_drop_write_responses),
+        };
+        // Create every channel now so that a bad endpoint fails here, not on first use.
+        let snapshot = inner.pool.lock().endpoints.clone();
+        for ep in &snapshot {
+            inner.channel(ep)?;
+        }
+        Ok(Client { inner: Arc::new(inner) })
+    }
+}
+
+/// Turns `http://host:port`, ` host:port ` or `host:port/` into `host:port`.
+pub(crate) fn normalize_endpoint(raw: &str) -> Result<String> {
+    let trimmed = raw.trim();
+    let invalid = |message: &str| Error::InvalidEndpoint { endpoint: raw.to_string(), message: message.to_string() };
+    if trimmed.starts_with("https://") {
+        return Err(invalid("TLS is not supported; use host:port"));
+    }
+    let bare = trimmed.strip_prefix("http://").unwrap_or(trimmed).trim_end_matches('/');
+    if bare.is_empty() {
+        return Err(invalid("empty endpoint"));
+    }
+    let Some((host, port)) = bare.rsplit_once(':') else {
+        return Err(invalid("expected host:port"));
+    };
+    if host.is_empty() || bare.contains('/') {
+        return Err(invalid("expected host:port"));
+    }
+    if port.parse::<u16>().is_err() {
+        return Err(invalid("port is not a number in 0..=65535"));
+    }
+    Ok(bare.to_string())
+}
+
+#[derive(Debug)]
+struct Pool {
+    /// Every endpoint known: the initial list, then those learned from redirects.
+    endpoints: Vec<String>,
+    channels: HashMap<String, Channel>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: Config,
+    pool: Mutex<Pool>,
+    /// The endpoint that answered last (the leader after any write); tried first.
+    preferred: Mutex<Option<String>>,
+    /// Round-robin position used while no endpoint is preferred.
+    rotation: AtomicUsize,
+    sessions: Arc<SessionTracker>,
+    drop_write_responses: AtomicU32,
+}
+
+/// What a call is, for the retry loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CallKind {
+    /// Reads: no side effect, always safe to retry.
+    Read,
+    /// Session-carrying writes: retried with the same session; unknown outcome = ambiguous.
+    Write,
+    /// Membership changes: retried, unknown outcome = ambiguous.
+    Admin,
+}
+
+/// Where a call goes.
+#[derive(Debug, Clone)]
+enum Target {
+    /// The leader, found through the preferred endpoint, rotation and redirects.
+    Leader,
+    /// Exactly this endpoint, no redirect.
+    Fixed(String),
+}
+
+impl Inner {
+    fn channel(&self, endpoint: &str) -> Result<Channel> {
+        let mut pool = self.pool.lock();
+        if let Some(ch) = pool.channels.get(endpoint) {
+            return Ok(ch.clone());
+        }
+        let uri = format!("http://{endpoint}");
+        let invalid = |e: &dyn std::fmt::Display| Error::InvalidEndpoint {
+            endpoint: endpoint.to_string(),
+            message: e.to_string(),
+        };
+        let ch = tonic::transport::Endpoint::from_shared(uri)
+            .map_err(|e| invalid(&e))?
+            .connect_timeout(self.config.connect_timeout)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(5))
+            .keep_alive_while_idle(true)
+            .connect_lazy();
+        pool.channels.insert(endpoint.to_string(), ch.clone());
+        if !pool.endpoints.iter().any(|e| e == endpoint) {
+            pool.endpoints.push(endpoint.to_string());
+        }
+        Ok(ch)
+    }
+
+    fn kv(&self, ch: Channel) -> KvClient<Channel> {
+        KvClient::new(ch)
+            .max_decoding_message_size(self.config.max_message_bytes)
+            .max_encoding_message_size(self.config.max_message_bytes)
+    }
+
+    fn cluster(&self, ch: Channel) -> ClusterClient<Channel> {
+        ClusterClient::new(ch)
+            .max_decoding_message_size(self.config.max_message_bytes)
+            .max_encoding_message_size(self.config.max_message_bytes)
+    }
+
+    fn endpoints(&self) -> Vec<String> {
+        self.pool.lock().endpoints.clone()
+    }
+
+    /// The preferred endpoint, else the next one in rotation.
+    fn pick_endpoint(&self) -> Option<String> {
+        if let Some(ep) = self.preferred.lock().clone() {
+            return Some(ep);
+        }
+        let pool = self.pool.lock();
+        if pool.endpoints.is_empty() {
+            return None;
+        }
+        let i = self.rotation.load(Ordering::Relaxed) % pool.endpoints.len();
+        pool.endpoints.get(i).cloned()
+    }
+
+    /// After a failure at `endpoint`: stop preferring it and move the rotation past it.
+    fn demote(&self, endpoint: &str) {
+        {
+            let mut preferred = self.preferred.lock();
+            if preferred.as_deref() == Some(endpoint) {
+                *preferred = None;
+            }
+        }
+        let pool = self.pool.lock();
+        if let Some(i) = pool.endpoints.iter().position(|e| e == endpoint) {
+            self.rotation.store(i + 1, Ordering::Relaxed);
+        }
+    }
+
+    fn prefer(&self, endpoint: &str) {
+        *self.preferred.lock() = Some(endpoint.to_string());
+    }
+
+    /// Runs one call under the retry policy. `attempt` sends one request on a channel.
+    async fn call<T, F, Fut>(&self, kind: CallKind, target: Target, mut attempt: F) -> Result<T>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = std::result::Result<T, tonic::Status>>,
+    {
+        let policy = match target {
+            Target::Leader => self.config.retry,
+            Target::Fixed(_) => RetryPolicy {
+                max_attempts: 1,
+                deadline: self.config.retry.deadline.min(self.config.request_timeout),
+                ..self.config.retry
+            },
+        };
+        let start = Instant::now();
+        let deadline = start + policy.deadline;
+        // True once any attempt may have reached the state machine.
+        let mut maybe_applied = false;
+        let mut last_error: Option<Error> = None;
+        let mut redirect: Option<String> = None;
+        // Endpoints whose connection failed during this call: their redirect hints are stale.
+        let mut unreachable: Vec<String> = Vec::new();
+        let mut retries = 0u32;
+
+        for _ in 0..policy.attempts() {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let endpoint = match (&target, redirect.take()) {
+                (Target::Fixed(ep), _) => ep.clone(),
+                (Target::Leader, Some(ep)) => ep,
+                (Target::Leader, None) => self.pick_endpoint().ok_or(Error::NoEndpoints)?,
+            };
+            let channel = match self.channel(&endpoint) {
+                Ok(ch) => ch,
+                Err(e) => {
+                    // Only a redirect hint can be malformed here; the initial list was checked.
+                    self.demote(&endpoint);
+                    last_error = Some(e);
+                    continue;
+                }
+            };
+            let budget = self.config.request_timeout.min(deadline.saturating_duration_since(now));
+            let result = tokio::time::timeout(budget, attempt(channel)).await;
+            let error = match result {
+                Ok(Ok(value)) => {
+                    if kind == CallKind::Write && self.take_injected_drop() {
+                        tracing::debug!(%endpoint, "test fault: dropping a write response");
+                        maybe_applied = true;
+                        Error::Timeout { elapsed_ms: millis(start.elapsed()) }
+                    } else {
+                        if matches!(target, Target::Leader) {
+                            self.prefer(&endpoint);
+                        }
+                        return Ok(value);
+                    }
+                }
+                Ok(Err(status)) => {
+                    let failure = classify_status(&status);
+                    tracing::debug!(%endpoint, code = ?status.code(), error = %failure.error, "attempt failed");
+                    if !failure.not_applied {
+                        maybe_applied = true;
+                    }
+                    if !failure.retry {
+                        return Err(finish_error(kind, failure.error, maybe_applied));
+                    }
+                    if let Error::NotLeader { leader_endpoint: Some(hint), .. } = &failure.error {
+                        if let Ok(hint) = normalize_endpoint(hint) {
+                            if hint != endpoint && !unreachable.contains(&hint) {
+                                if matches!(target, Target::Leader) {
+                                    self.prefer(&hint);
+                                    redirect = Some(hint);
+                                    last_error = Some(failure.error);
+                                    continue; // follow the redirect at once
+                                }
+                            }
+                        }
+                    }
+                    if matches!(failure.error, Error::Unavailable { .. } | Error::Transport { .. }) {
+                        unreachable.push(endpoint.clone());
+                    }
+                    failure.error
+                }
+                Err(_elapsed) => {
+                    if kind != CallKind::Read {
+                        maybe_applied = true;
+                    }
+                    Error::Timeout { elapsed_ms: millis(start.elapsed()) }
+                }
+            };
+            self.demote(&endpoint);
+            last_error = Some(error);
+            retries += 1;
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let pause = policy.backoff(retries, &mut rand::thread_rng()).min(remaining);
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
+        }
+        let error = match last_error {
+            Some(Error::Timeout { .. }) | None => Error::Timeout { elapsed_ms: millis(start.elapsed()) },
+            Some(e) => e,
+        };
+        Err(finish_error(kind, error, maybe_applied))
+    }
+
+    fn take_injected_drop(&self) -> bool {
+        self.drop_write_responses
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+    }
+}
+
+/// The error a call ends with: a write that may have been applied is ambiguous, whatever the
+/// last attempt said, unless the last answer was itself definite about the outcome.
+fn finish_error(kind: CallKind, error: Error, maybe_applied: bool) -> Error {
+    if kind == CallKind::Read || !maybe_applied {
+        return error;
+    }
+    match error {
+        e @ (Error::Ambiguous { .. } | Error::NotOnAllReplicas { .. } | Error::InvalidArgument { .. }) => e,
+        other => Error::Ambiguous { message: other.to_string() },
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Async client of an ftkv cluster. Cheap to clone: clones share channels, the known leader
+/// and the write session.
+///
+/// Every call finds the leader (following `NOT_LEADER` redirects, also to endpoints not in the
+/// initial list), retries unavailable nodes with exponential backoff and jitter under one
+/// overall deadline ([`RetryPolicy`]), and sends writes with a session (random client id,
+/// increasing sequence) so that a retried write is applied at most once. A write whose outcome
+/// stays unknown ends with [`Error::Ambiguous`].
+#[derive(Debug, Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl Client {
+    /// A builder with the defaults: no endpoints, 2 s connect timeout, 5 s request timeout,
+    /// [`RetryPolicy::default`].
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// A client with default settings for the given endpoints.
+    pub async fn connect<I, S>(endpoints: I) -> Result<Self>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::builder().endpoints(endpoints).build().await
+    }
+
+    /// Every endpoint this client knows: the initial ones, then those learned from redirects.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.inner.endpoints()
+    }
+
+    /// The endpoint that answered last (the leader after a successful write), if any.
+    pub fn preferred_endpoint(&self) -> Option<String> {
+        self.inner.preferred.lock().clone()
+    }
+
+    /// This client instance's random, non-zero session id.
+    pub fn client_id(&self) -> u64 {
+        self.inner.sessions.client_id()
+    }
+
+    // ----- reads -----
+
+    /// Linearizable read of one key: `Ok(None)` when absent.
+    pub async fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        self.get_with(key, ReadConsistency::Linearizable).await
+    }
+
+    /// Read of one key with the given consistency: `Ok(None)` when absent.
+    pub async fn get_with(&self, key: impl AsRef<[u8]>, consistency: ReadConsistency) -> Result<Option<Vec<u8>>> {
+        let req = pb::GetRequest { key: key.as_ref().to_vec(), consistency: consistency.to_proto() };
+        let inner = &self.inner;
+        let resp = inner
+            .call(CallKind::Read, Target::Leader, |ch| {
+                let mut kv = inner.kv(ch);
+                let req = req.clone();
+                async move { kv.get(req).await.map(|r| r.into_inner()) }
+            })
+            .await?;
+        Ok(resp.found.then_some(resp.value))
+    }
+
+    /// One page of `[start, end)` (empty `end` = unbounded), at most `limit` pairs
+    /// (0 = server default, 1000). Linearizable.
+    pub async fn scan(&self, start: impl AsRef<[u8]>, end: impl AsRef<[u8]>, limit: u32) -> Result<ScanPage> {
+        self.scan_with(start, end, ScanOptions { limit, ..ScanOptions::default() }).await
+    }
+
+    /// One page of `[start, end)` with explicit options.
+    pub async fn scan_with(
+        &self,
+        start: impl AsRef<[u8]>,
+        end: impl AsRef<[u8]>,
+        options: ScanOptions,
+    ) -> Result<ScanPage> {
+        let req = pb::ScanRequest {
+            start: start.as_ref().to_vec(),
+            end: end.as_ref().to_vec(),
+            limit: options.limit,
+            consistency: options.consistency.to_proto(),
+            keys_only: options.keys_only,
+        };
+        let inner = &self.inner;
+        let resp = inner
+            .call(CallKind::Read, Target::Leader, |ch| {
+                let mut kv = inner.kv(ch);
+                let req = req.clone();
+                async move { kv.scan(req).await.map(|r| r.into_inner()) }
+            })
+            .await?;
+        Ok(ScanPage {
+            kvs: resp.kvs.into_iter().map(|kv| KeyValue { key: kv.key, value: kv.value }).collect(),
+            more: resp.more,
+            next_start: resp.next_start,
+        })
+    }
+
+    /// Every pair of `[start, end)` (empty `end` = unbounded), following continuations, up to
+    /// `max_pairs` pairs (0 = no cap). `options.limit` is the page size. Each page is its own
+    /// read: the result is not one snapshot when the range spans pages.
+    pub async fn scan_all(
+        &self,
+        start: impl AsRef<[u8]>,
+        end: impl AsRef<[u8]>,
+        max_pairs: usize,
+        options: ScanOptions,
+    ) -> Result<Vec<KeyValue>> {
+        let end = end.as_ref().to_vec();
+        let mut cursor = start.as_ref().to_vec();
+        let mut out: Vec<KeyValue> = Vec::new();
+        loop {
+            let mut page_opts = options;
+            if max_pairs > 0 {
+                let remaining = max_pairs.saturating_sub(out.len());
+                let cap = u32::try_from(remaining).unwrap_or(u32::MAX);
+                page_opts.limit = if options.limit == 0 { cap.min(1000) } else { options.limit.min(cap) };
+            }
+            let page = self.scan_with(&cursor, &end, page_opts).await?;
+            out.extend(page.kvs);
+            if max_pairs > 0 && out.len() >= max_pairs {
+                out.truncate(max_pairs);
+                return Ok(out);
+            }
+            if !page.more {
+                return Ok(out);
+            }
+            if page.next_start <= cursor {
+                return Err(Error::Server {
+                    code: "Internal".into(),
+                    message: "scan continuation did not advance".into(),
+                });
+            }
+            cursor = page.next_start;
+        }
+    }
+
+    /// Every pair whose key starts with `prefix` (see [`Client::scan_all`]).
+    pub async fn scan_prefix(
+        &self,
+        prefix: impl AsRef<[u8]>,
+        max_pairs: usize,
+        options: ScanOptions,
+    ) -> Result<Vec<KeyValue>> {
+        let prefix = prefix.as_ref();
+        self.scan_all(prefix, prefix_end(prefix), max_pairs, options).await
+    }
+
+    // ----- writes -----
+
+    /// Sends one session-carrying write under the retry policy.
+    async fn write_call<T, F, Fut>(&self, session: &WriteSession, mut attempt: F) -> Result<T>
+    where
+        F: FnMut(KvClient<Channel>, pb::Session) -> Fut,
+        Fut: Future<Output = std::result::Result<T, tonic::Status>>,
+    {
+        let inner = &self.inner;
+        inner.call(CallKind::Write, Target::Leader, |ch| attempt(inner.kv(ch), session.to_proto())).await
+    }
+
+    /// Blind write of one key. Errors: [`Error::InvalidArgument`] (empty key, over
+    /// `max_key_bytes` / `max_value_bytes`), [`Error::Ambiguous`], retry exhaustion.
+    pub async fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<ResponseInfo> {
+        let session = self.inner.sessions.begin();
+        let (key, value) = (key.as_ref().to_vec(), value.as_ref().to_vec());
+        let resp = self
+            .write_call(&session, |mut kv, s| {
+                let req = pb::PutRequest { key: key.clone(), value: value.clone(), session: Some(s) };
+                async move { kv.put(req).await.map(|r| r.into_inner()) }
+            })
+            .await?;
+        Ok(resp.header.into())
+    }
+
+    /// Blind delete of one key (no error when absent).
+    pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<ResponseInfo> {
+        let session = self.inner.sessions.begin();
+        let key = key.as_ref().to_vec();
+        let resp = self
+            .write_call(&session, |mut kv, s| {
+                let req = pb::DeleteRequest { key: key.clone(), session: Some(s) };
+                async move { kv.delete(req).await.map(|r| r.into_inner()) }
+            })
+            .await?;
+        Ok(resp.header.into())
+    }
+
+    /// Atomic batch (at most `max_batch_ops` ops and `max_batch_bytes` on the node).
+    pub async fn write(&self, ops: Vec<Op>) -> Result<ResponseInfo> {
+        let session = self.inner.sessions.begin();
+        let ops: Vec<pb::WriteOp> = ops.iter().map(Op::to_proto).collect();
+        let resp = self
+            .write_call(&session, |mut kv, s| {
+                let req = pb::WriteRequest { ops: ops.clone(), session: Some(s) };
+                async move { kv.write(req).await.map(|r| r.into_inner()) }
+            })
+            .await?;
+        Ok(resp.header.into())
+    }
+
+    /// Deletes every key in `[start, end)` (empty `end` = unbounded), atomically.
+    pub async fn delete_range(&self, start: impl AsRef<[u8]>, end: impl AsRef<[u8]>) -> Result<ResponseInfo> {
+        self.write(vec![Op::DeleteRange { start: start.as_ref().to_vec(), end: end.as_ref().to_vec() }]).await
+    }
+
+    /// Deletes every key starting with `prefix` (an empty prefix deletes everything).
+    pub async fn delete_prefix(&self, prefix: impl AsRef<[u8]>) -> Result<ResponseInfo> {
+        let prefix = prefix.as_ref();
+        self.delete_range(prefix, prefix_end(prefix)).await
+    }
+
+    /// Read-free update of one key (TokuDB upsert). Applied exactly once even when retried.
+    pub async fn upsert(&self, key: impl AsRef<[u8]>, op: UpsertOp) -> Result<ResponseInfo> {
+        let session = self.inner.sessions.begin();
+        self.upsert_with_session(&session, key, op).await
+    }
+
+    /// **Test and tooling use.** A fresh write session (next sequence of this client), kept
+    /// outstanding until dropped. With [`Client::upsert_with_session`] a test can send the
+    /// same write twice, as a retry after a lost response would.
+    pub fn new_write_session(&self) -> WriteSession {
+        self.inner.sessions.begin()
+    }
+
+    /// [`Client::upsert`] with a caller-held session: sending it twice with the same session
+    /// must apply it once (the node answers the duplicate from its session table).
+    pub async fn upsert_with_session(
+        &self,
+        session: &WriteSession,
+        key: impl AsRef<[u8]>,
+        op: UpsertOp,
+    ) -> Result<ResponseInfo> {
+        let key = key.as_ref().to_vec();
+        let op = op.to_proto();
+        let resp = self
+            .write_call(session, |mut kv, s| {
+                let req = pb::UpsertRequest { key: key.clone(), op: Some(op.clone()), session: Some(s) };
+                async move { kv.upsert(req).await.map(|r| r.into_inner()) }
+            })
+            .await?;
+        Ok(resp.header.into())
+    }
+
+    /// etcd-style transaction: if every compare holds run `success`, else `failure`, atomically.
+    pub async fn txn(&self, txn: Txn) -> Result<TxnResult> {
+        let session = self.inner.sessions.begin();
+        let compare: Vec<pb::Compare> = txn.compares.iter().map(|c| c.to_proto()).collect();
+        let success: Vec<pb::TxnOp> = txn.success.iter().map(|o| o.to_proto()).collect();
+        let failure: Vec<pb::TxnOp> = txn.failure.iter().map(|o| o.to_proto()).collect();
+        let resp = self
+            .write_call(&session, |mut kv, s| {
+                let req = pb::TxnRequest {
+                    compare: compare.clone(),
+                    success: success.clone(),
+                    failure: failure.clone(),
+                    session: Some(s),
+                };
+                async move { kv.txn(req).await.map(|r| r.into_inner()) }
+            })
+            .await?;
+        Ok(TxnResult {
+            succeeded: resp.succeeded,
+            results: resp.results.into_iter().map(|r| TxnOpResult { found: r.found, value: r.value }).collect(),
+            info: resp.header.into(),
+        })
+    }
+
+    // ----- cluster -----
+
+    /// `Cluster.Status` of exactly this endpoint (no redirect, one attempt within the request
+    /// timeout). `with_digest` also asks for the state digest (a full scan on the node).
+    pub async fn status_with(&self, endpoint: &str, with_digest: bool) -> Result<NodeStatus> {
+        let endpoint = normalize_endpoint(endpoint)?;
+        let inner = &self.inner;
+        let resp = inner
+            .call(CallKind::Read, Target::Fixed(endpoint.clone()), |ch| {
+                let mut c = inner.cluster(ch);
+                async move { c.status(pb::StatusRequest { with_digest }).await.map(|r| r.into_inner()) }
+            })
+            .await?;
+        Ok(NodeStatus::from_proto(&endpoint, resp))
+    }
+
+    /// `Cluster.Status` of exactly this endpoint, without digest.
+    pub async fn status(&self, endpoint: &str) -> Result<NodeStatus> {
+        self.status_with(endpoint, false).await
+    }
+
+    /// Status of every node: the membership's client endpoints (when `Members` answers) plus
+    /// every endpoint this client knows, asked concurrently. One entry per endpoint, in
+    /// membership order then the rest; unreachable nodes give an `Err`.
+    pub async fn status_all(&self) -> Vec<(String, Result<NodeStatus>)> {
+        let mut endpoints: Vec<String> = Vec::new();
+        if let Ok(m) = self.members().await {
+            for member in m.members {
+                if let Ok(ep) = normalize_endpoint(&member.client_endpoint) {
+                    if !endpoints.contains(&ep) {
+                        endpoints.push(ep);
+                    }
+                }
+            }
+        }
+        for ep in self.endpoints() {
+            if !endpoints.contains(&ep) {
+                endpoints.push(ep);
+            }
+        }
+        let futures = endpoints.iter().map(|ep| self.status(ep));
+        let results = futures::future::join_all(futures).await;
+        endpoints.into_iter().zip(results).collect()
+    }
+
+    /// Current membership (voters and learners), as the leader or any node reports it.
+    pub async fn members(&self) -> Result<Membership> {
+        let inner = &self.inner;
+        let resp = inner
+            .call(CallKind::Read, Target::Leader, |ch| {
+                let mut c = inner.cluster(ch);
+                async move { c.members(pb::MembersRequest {}).await.map(|r| r.into_inner()) }
+            })
+            .await?;
+        Ok(resp.into())
+    }
+
+    /// Adds a non-voting learner with the given id and addresses; it starts replicating at once.
+    pub async fn add_learner(&self, id: u64, client_endpoint: &str, peer_endpoint: &str) -> Result<Membership> {
+        let req = pb::AddLearnerRequest {
+            id,
+            client_endpoint: client_endpoint.to_string(),
+            peer_endpoint: peer_endpoint.to_string(),
+        };
+        let inner = &self.inner;
+        let resp = inner
+            .call(CallKind::Admin, Target::Leader, |ch| {
+                let mut c = inner.cluster(ch);
+                let req = req.clone();
+                async move { c.add_learner(req).await.map(|r| r.into_inner()) }
+            })
+            .await?;
+        Ok(resp.into())
+    }
+
+    /// Turns learner `id` into a voter.
+    pub async fn promote(&self, id: u64) -> Result<Membership> {
+        let inner = &self.inner;
+        let resp = inner
+            .call(CallKind::Admin, Target::Leader, |ch| {
+                let mut c = inner.cluster(ch);
+                async move { c.promote(pb::PromoteRequest { id }).await.map(|r| r.into_inner()) }
+            })
+            .await?;
+        Ok(resp.into())
+    }
+
+    /// Removes voter or learner `id`.
+    pub async fn remove(&self, id: u64) -> Result<Membership> {
+        let inner = &self.inner;
+        let resp = inner
+            .call(CallKind::Admin, Target::Leader, |ch| {
+                let mut c = inner.cluster(ch);
+                async move { c.remove(pb::RemoveRequest { id }).await.map(|r| r.into_inner()) }
+            })
+            .await?;
+        Ok(resp.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_are_normalized() {
+        assert_eq!(normalize_endpoint("127.0.0.1:7379").unwrap(), "127.0.0.1:7379");
+        assert_eq!(normalize_endpoint(" http://localhost:1/ ").unwrap(), "localhost:1");
+        assert!(matches!(normalize_endpoint("localhost"), Err(Error::InvalidEndpoint { .. })));
+        assert!(matches!(normalize_endpoint("h:99999"), Err(Error::InvalidEndpoint { .. })));
+        assert!(matches!(normalize_endpoint("https://h:1"), Err(Error::InvalidEndpoint { .. })));
+        assert!(matches!(normalize_endpoint(""), Err(Error::InvalidEndpoint { .. })));
+        assert!(matches!(normalize_endpoint("h:1/x"), Err(Error::InvalidEndpoint { .. })));
+    }
+
+    #[test]
+    fn final_error_of_a_maybe_applied_write_is_ambiguous() {
+        let t = Error::Transport { message: "reset".into() };
+        assert!(finish_error(CallKind::Write, t.clone(), true).is_ambiguous());
+        assert_eq!(finish_error(CallKind::Write, t.clone(), false), t);
+        assert_eq!(finish_error(CallKind::Read, t.clone(), true), t);
+        let nl = Error::NotLeader { leader_id: 0, leader_endpoint: None };
+        assert!(finish_error(CallKind::Admin, nl, true).is_ambiguous());
+        let inv = Error::InvalidArgument { message: "x".into(), limit: None };
+        assert_eq!(finish_error(CallKind::Write, inv.clone(), true), inv);
+    }
+
+    #[tokio::test]
+    async fn build_rejects_empty_and_bad_endpoints() {
+        assert_eq!(Client::builder().build().await.unwrap_err(), Error::NoEndpoints);
+        let e = Client::builder().endpoints(["nope"]).build().await.unwrap_err();
+        assert!(matches!(e, Error::InvalidEndpoint { .. }));
+        let c = Client::builder().endpoints(["a:1", "http://a:1", "b:2"]).build().await.unwrap();
+        assert_eq!(c.endpoints(), vec!["a:1".to_string(), "b:2".to_string()]);
+    }
+
+    #[tokio::test]
+    async fn unreachable_endpoints_fail_within_the_deadline() {
+        // Port 1 on loopback refuses connections: the request is never sent.
+        let policy = RetryPolicy {
+            max_attempts: 50,
+            initial_backoff: Duration::from_millis(5),
+            max_backoff: Duration::from_millis(20),
+            deadline: Duration::from_millis(400),
+        };
+        let c = Client::builder().endpoints(["127.0.0.1:1"]).retry(policy).build().await.unwrap();
+        let t0 = Instant::now();
+        let e = c.put("k", "v").await.unwrap_err();
+        assert!(t0.elapsed() < Duration::from_secs(3), "took {:?}", t0.elapsed());
+        assert!(
+            matches!(e, Error::Unavailable { .. } | Error::Timeout { .. }),
+            "a refused connection means not applied, not ambiguous: {e:?}"
+        );
+        let e = c.get("k").await.unwrap_err();
+        assert!(e.is_retryable(), "{e:?}");
+    }
+}

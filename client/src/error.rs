@@ -1,0 +1,396 @@
+//! The client's one error type, and the mapping from gRPC statuses to it.
+//!
+//! Every error status an ftkv node sends carries an encoded [`ftkv_proto::v1::ErrorInfo`] in
+//! `Status::details()`; [`classify_status`] decodes it, so a redirect (`NOT_LEADER`), a refused
+//! request and a write of unknown outcome (`AMBIGUOUS`) stay apart. Statuses without an
+//! `ErrorInfo` come from the transport (connection refused or lost, HTTP/2 reset) and are
+//! classified by code and by whether the connection was ever made.
+//!
+//! Design source: openraft's split of API errors (`ForwardToLeader` with the leader's address),
+//! and Jepsen's ok / fail / info outcomes: an unknown write is reported as
+//! [`Error::Ambiguous`], never as failed.
+
+use ftkv_proto::v1::{error_info::Kind, ErrorInfo};
+use prost::Message;
+
+/// Result alias of the client library.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in a client call.
+///
+/// Whether an error leaves a write *definitely not applied* or *maybe applied* matters to the
+/// caller: [`Error::Ambiguous`] is the only variant a write can end with whose effect is unknown.
+/// Every other variant returned by a write means it was not applied (or, for
+/// [`Error::NotOnAllReplicas`], that it was committed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The node asked is not the leader. Only surfaces when the retry budget ran out while
+    /// following redirects. `leader_endpoint` is the leader's client address (`host:port`)
+    /// when the node knew it.
+    #[error("not the leader{}", leader_hint(.leader_id, .leader_endpoint))]
+    NotLeader {
+        /// Id of the leader the node knew of (0 if none).
+        leader_id: u64,
+        /// Client endpoint (`host:port`) of the leader, if known.
+        leader_endpoint: Option<String>,
+    },
+    /// No node could serve the request: no quorum, shutting down, or no endpoint reachable.
+    #[error("unavailable: {message}")]
+    Unavailable {
+        /// What the node or the transport said.
+        message: String,
+    },
+    /// A request or the overall deadline ran out before an answer came.
+    #[error("timed out after {elapsed_ms} ms")]
+    Timeout {
+        /// Time spent, in milliseconds.
+        elapsed_ms: u64,
+    },
+    /// The request is malformed or over a limit (`limit` names it, e.g. `max_key_bytes`).
+    /// Never retried: the same request would fail again.
+    #[error("invalid argument: {message}{}", limit_suffix(.limit))]
+    InvalidArgument {
+        /// What is wrong.
+        message: String,
+        /// Config name of the limit that was exceeded, if a limit.
+        limit: Option<String>,
+    },
+    /// The write may or may not have been applied (leadership lost after proposal, timeout or
+    /// connection lost after sending, and the retries with the same session ran out). Check
+    /// the state before writing again: a new write carries a new sequence number.
+    #[error("outcome unknown (write may or may not have been applied): {message}")]
+    Ambiguous {
+        /// The last failure seen.
+        message: String,
+    },
+    /// The write committed on a quorum but not yet on every voter within the node's
+    /// `ack_all_timeout_ms` (`ack = "all"`). The write is durable; do not retry it.
+    #[error("committed but not yet on all replicas{}: {message}", index_suffix(.log_index))]
+    NotOnAllReplicas {
+        /// Log index of the entry, when the node reported it (as `log_index=N` in the message).
+        log_index: Option<u64>,
+        /// What the node said.
+        message: String,
+    },
+    /// The node stopped taking writes after a storage fault (failed fsync, checksum mismatch).
+    #[error("storage fault on the node: {message}")]
+    StorageFault {
+        /// What the node said.
+        message: String,
+    },
+    /// The connection failed or broke (no answer from the node's gRPC service).
+    #[error("transport error: {message}")]
+    Transport {
+        /// What the transport said.
+        message: String,
+    },
+    /// An endpoint string could not be turned into a URI.
+    #[error("invalid endpoint {endpoint:?}: {message}")]
+    InvalidEndpoint {
+        /// The endpoint as given.
+        endpoint: String,
+        /// Why it is not valid.
+        message: String,
+    },
+    /// The client was built without endpoints.
+    #[error("no endpoints configured")]
+    NoEndpoints,
+    /// Any other status from a node (code name and message as sent).
+    #[error("server error {code}: {message}")]
+    Server {
+        /// gRPC code name, e.g. `Internal`.
+        code: String,
+        /// Status message.
+        message: String,
+    },
+}
+
+fn leader_hint(leader_id: &u64, endpoint: &Option<String>) -> String {
+    match (leader_id, endpoint) {
+        (_, Some(ep)) => format!(" (leader at {ep})"),
+        (0, None) => " (no leader known)".to_string(),
+        (id, None) => format!(" (leader is node {id}, address unknown)"),
+    }
+}
+
+fn limit_suffix(limit: &Option<String>) -> String {
+    match limit {
+        Some(l) => format!(" (limit {l})"),
+        None => String::new(),
+    }
+}
+
+fn index_suffix(index: &Option<u64>) -> String {
+    match index {
+        Some(i) => format!(" at log index {i}"),
+        None => String::new(),
+    }
+}
+
+impl Error {
+    /// Whether sending the *same* request again may succeed: `NotLeader`, `Unavailable`,
+    /// `Timeout`, `Transport`. The client already retries these within its [`RetryPolicy`](crate::RetryPolicy);
+    /// a caller seeing one has exhausted that budget.
+    ///
+    /// `Ambiguous` is **not** retryable: a new call is a new write with a new sequence number
+    /// and may be applied a second time.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::NotLeader { .. } | Error::Unavailable { .. } | Error::Timeout { .. } | Error::Transport { .. }
+        )
+    }
+
+    /// Whether a write that returned this error may have been applied.
+    pub fn is_ambiguous(&self) -> bool {
+        matches!(self, Error::Ambiguous { .. })
+    }
+}
+
+/// What one failed attempt tells the retry loop (crate-internal).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Failure {
+    /// The error as the caller would see it.
+    pub error: Error,
+    /// True when the node certainly did not apply the request (it answered with a refusal,
+    /// or the connection was never made).
+    pub not_applied: bool,
+    /// Try the same request again (possibly elsewhere) while the budget lasts.
+    pub retry: bool,
+}
+
+/// Decodes the `ErrorInfo` of a status, if it carries one.
+pub(crate) fn error_info(status: &tonic::Status) -> Option<ErrorInfo> {
+    if status.details().is_empty() {
+        return None;
+    }
+    ErrorInfo::decode(status.details()).ok()
+}
+
+/// Whether the transport never connected for this status (so the request was never sent).
+fn is_connect_error(status: &tonic::Status) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(err) = source {
+        if err.downcast_ref::<tonic::ConnectError>().is_some() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// Parses `log_index=N` out of a status message (how a node may report the index of a
+/// `NOT_ON_ALL_REPLICAS` write; `ErrorInfo` has no field for it).
+fn parse_log_index(message: &str) -> Option<u64> {
+    let rest = message.split("log_index=").nth(1)?;
+    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    digits.parse().ok()
+}
+
+fn non_empty(s: &str) -> Option<String> {
+    if s.is_empty() {
+        None
+    } else {
+        Some(s.to_string())
+    }
+}
+
+/// Maps a gRPC status to the client's error, with what the retry loop needs to know.
+pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
+    let message = status.message().to_string();
+    if let Some(info) = error_info(status) {
+        let text = if info.message.is_empty() { message.clone() } else { info.message.clone() };
+        match info.kind() {
+            Kind::NotLeader => {
+                return Failure {
+                    error: Error::NotLeader {
+                        leader_id: info.leader_id,
+                        leader_endpoint: non_empty(&info.leader_endpoint),
+                    },
+                    not_applied: true,
+                    retry: true,
+                }
+            }
+            Kind::Limit => {
+                return Failure {
+                    error: Error::InvalidArgument { message: text, limit: non_empty(&info.limit) },
+                    not_applied: true,
+                    retry: false,
+                }
+            }
+            Kind::Invalid => {
+                return Failure {
+                    error: Error::InvalidArgument { message: text, limit: non_empty(&info.limit) },
+                    not_applied: true,
+                    retry: false,
+                }
+            }
+            Kind::Ambiguous => {
+                // Retrying with the same session is safe: the node answers a duplicate with
+                // the remembered result instead of applying it again.
+                return Failure { error: Error::Ambiguous { message: text }, not_applied: false, retry: true };
+            }
+            Kind::NotOnAllReplicas => {
+                return Failure {
+                    error: Error::NotOnAllReplicas { log_index: parse_log_index(&text), message: text },
+                    not_applied: false,
+                    retry: false,
+                }
+            }
+            Kind::Unavailable => {
+                return Failure { error: Error::Unavailable { message: text }, not_applied: true, retry: true }
+            }
+            Kind::StorageFault => {
+                return Failure {
+                    error: Error::StorageFault { message: text },
+                    not_applied: true,
+                    retry: false,
+                }
+            }
+            Kind::Unspecified => {}
+        }
+    }
+    classify_by_code(status, message)
+}
+
+fn classify_by_code(status: &tonic::Status, message: String) -> Failure {
+    use tonic::Code;
+    match status.code() {
+        Code::InvalidArgument | Code::OutOfRange => Failure {
+            error: Error::InvalidArgument { message, limit: None },
+            not_applied: true,
+            retry: false,
+        },
+        Code::Unavailable if is_connect_error(status) => {
+            Failure { error: Error::Unavailable { message }, not_applied: true, retry: true }
+        }
+        // No ErrorInfo: the transport broke somewhere after the request may have left.
+        Code::Unavailable | Code::Unknown | Code::Cancelled => {
+            Failure { error: Error::Transport { message }, not_applied: false, retry: true }
+        }
+        Code::DeadlineExceeded => Failure { error: Error::Timeout { elapsed_ms: 0 }, not_applied: false, retry: true },
+        code @ (Code::Internal | Code::Aborted | Code::DataLoss) => Failure {
+            error: Error::Server { code: format!("{code:?}"), message },
+            not_applied: false,
+            retry: false,
+        },
+        code => Failure {
+            error: Error::Server { code: format!("{code:?}"), message },
+            not_applied: true,
+            retry: false,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status_with(code: tonic::Code, info: ErrorInfo) -> tonic::Status {
+        tonic::Status::with_details(code, "node message", info.encode_to_vec().into())
+    }
+
+    fn info(kind: Kind) -> ErrorInfo {
+        ErrorInfo { kind: kind as i32, ..Default::default() }
+    }
+
+    #[test]
+    fn not_leader_carries_the_leader_endpoint() {
+        let st = status_with(
+            tonic::Code::FailedPrecondition,
+            ErrorInfo { leader_id: 2, leader_endpoint: "127.0.0.1:7479".into(), ..info(Kind::NotLeader) },
+        );
+        let f = classify_status(&st);
+        assert_eq!(
+            f.error,
+            Error::NotLeader { leader_id: 2, leader_endpoint: Some("127.0.0.1:7479".into()) }
+        );
+        assert!(f.not_applied && f.retry);
+        assert!(f.error.is_retryable());
+        assert!(f.error.to_string().contains("127.0.0.1:7479"));
+    }
+
+    #[test]
+    fn not_leader_without_hint_has_no_endpoint() {
+        let f = classify_status(&status_with(tonic::Code::Unavailable, info(Kind::NotLeader)));
+        assert_eq!(f.error, Error::NotLeader { leader_id: 0, leader_endpoint: None });
+    }
+
+    #[test]
+    fn limit_names_the_limit_and_is_final() {
+        let st = status_with(
+            tonic::Code::InvalidArgument,
+            ErrorInfo { limit: "max_key_bytes".into(), message: "key is 20000 bytes".into(), ..info(Kind::Limit) },
+        );
+        let f = classify_status(&st);
+        assert_eq!(
+            f.error,
+            Error::InvalidArgument { message: "key is 20000 bytes".into(), limit: Some("max_key_bytes".into()) }
+        );
+        assert!(!f.retry && f.not_applied);
+        assert!(!f.error.is_retryable());
+        assert!(f.error.to_string().contains("max_key_bytes"));
+    }
+
+    #[test]
+    fn ambiguous_is_retried_with_the_session_but_not_retryable_for_callers() {
+        let f = classify_status(&status_with(tonic::Code::Unavailable, info(Kind::Ambiguous)));
+        assert!(matches!(f.error, Error::Ambiguous { .. }));
+        assert!(f.retry && !f.not_applied);
+        assert!(f.error.is_ambiguous());
+        assert!(!f.error.is_retryable());
+    }
+
+    #[test]
+    fn not_on_all_replicas_reads_the_index_from_the_message() {
+        let st = status_with(
+            tonic::Code::DeadlineExceeded,
+            ErrorInfo { message: "ack=all timed out, log_index=42".into(), ..info(Kind::NotOnAllReplicas) },
+        );
+        let f = classify_status(&st);
+        assert!(matches!(f.error, Error::NotOnAllReplicas { log_index: Some(42), .. }));
+        assert!(!f.retry);
+    }
+
+    #[test]
+    fn unavailable_and_storage_fault() {
+        let f = classify_status(&status_with(tonic::Code::Unavailable, info(Kind::Unavailable)));
+        assert!(matches!(f.error, Error::Unavailable { .. }) && f.retry && f.not_applied);
+        let f = classify_status(&status_with(tonic::Code::Internal, info(Kind::StorageFault)));
+        assert!(matches!(f.error, Error::StorageFault { .. }) && !f.retry);
+    }
+
+    #[test]
+    fn statuses_without_error_info_are_classified_by_code() {
+        let f = classify_status(&tonic::Status::unavailable("connection reset"));
+        assert!(matches!(f.error, Error::Transport { .. }));
+        assert!(f.retry && !f.not_applied, "a broken connection leaves the outcome unknown");
+        let f = classify_status(&tonic::Status::invalid_argument("bad"));
+        assert_eq!(f.error, Error::InvalidArgument { message: "bad".into(), limit: None });
+        let f = classify_status(&tonic::Status::unimplemented("nope"));
+        assert!(matches!(f.error, Error::Server { ref code, .. } if code == "Unimplemented"));
+        assert!(f.not_applied && !f.retry);
+        let f = classify_status(&tonic::Status::internal("boom"));
+        assert!(!f.not_applied && !f.retry);
+    }
+
+    #[test]
+    fn garbage_details_fall_back_to_the_code() {
+        let st = tonic::Status::with_details(tonic::Code::InvalidArgument, "x", vec![0xff, 0xff, 0xff].into());
+        let f = classify_status(&st);
+        assert!(matches!(f.error, Error::InvalidArgument { limit: None, .. }));
+    }
+
+    #[test]
+    fn connect_errors_mean_not_sent() {
+        let st = tonic::Status::from_error(Box::new(tonic::ConnectError(Box::new(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "refused",
+        )))));
+        assert_eq!(st.code(), tonic::Code::Unavailable);
+        let f = classify_status(&st);
+        assert!(matches!(f.error, Error::Unavailable { .. }));
+        assert!(f.not_applied && f.retry);
+    }
+}

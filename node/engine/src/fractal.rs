@@ -1,1 +1,0 @@
-//! The fractal tree (Bε-tree) engine. Under construction in issue 3.

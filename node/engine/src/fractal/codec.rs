@@ -1,0 +1,651 @@
+//! On-disk encoding of nodes, the block translation table and the headers (see
+//! `node/engine/FORMAT.md`). Every integer is fixed-width little-endian; every record carries a
+//! magic, a format version and a crc32c.
+
+use super::msg::{Buffer, Msg, Msn, PointOp, RangeMsg, RangeOp};
+use super::node::{Basement, Internal, Leaf, Node, NodeId};
+use crate::ops::UpsertOp;
+use crate::{EngineError, Result};
+
+/// Format version written and read by this build.
+pub const FORMAT_VERSION: u32 = 1;
+/// Bytes of each of the two header slots (at offsets 0 and `HEADER_SLOT_BYTES`).
+pub const HEADER_SLOT_BYTES: u64 = 4096;
+/// First byte of the block area.
+pub const DATA_START: u64 = 2 * HEADER_SLOT_BYTES;
+/// Blocks are allocated in multiples of this (the sector size).
+pub const BLOCK_ALIGN_BYTES: u64 = 512;
+/// Encoded header length (the rest of the slot is zero).
+pub const HEADER_BYTES: usize = 64;
+
+const HEADER_MAGIC: &[u8; 8] = b"FTKVHDR\0";
+const BTT_MAGIC: &[u8; 8] = b"FTKVBTT\0";
+const NODE_MAGIC: &[u8; 8] = b"FTKVNODE";
+const NODE_FIXED_HEADER_BYTES: usize = 40;
+const PARTITION_ENTRY_BYTES: usize = 16;
+
+/// Where a block lives in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BlockLoc {
+    /// Byte offset in the file.
+    pub offset: u64,
+    /// Encoded length in bytes (the allocation is rounded up to `BLOCK_ALIGN_BYTES`).
+    pub size: u32,
+    /// crc32c of the whole encoded block.
+    pub crc: u32,
+}
+
+impl BlockLoc {
+    /// Allocated bytes (size rounded up to the alignment).
+    pub fn alloc_bytes(&self) -> u64 {
+        align_up(u64::from(self.size))
+    }
+}
+
+/// Rounds `n` up to `BLOCK_ALIGN_BYTES`.
+pub fn align_up(n: u64) -> u64 {
+    n.div_ceil(BLOCK_ALIGN_BYTES) * BLOCK_ALIGN_BYTES
+}
+
+/// A checkpoint header (one per slot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// Increases by one per checkpoint; the valid header with the highest counter wins.
+    pub counter: u64,
+    /// Location of the BTT block of this checkpoint.
+    pub btt: BlockLoc,
+}
+
+/// The contents of a BTT block: the tree's roots and the node map of one checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BttImage {
+    /// Checkpoint counter (must equal the header's).
+    pub counter: u64,
+    /// Root node id.
+    pub root: NodeId,
+    /// Next MSN to assign.
+    pub next_msn: Msn,
+    /// Next node id to assign.
+    pub next_node_id: NodeId,
+    /// The state machine's metadata blob.
+    pub meta: Option<Vec<u8>>,
+    /// Node id -> block.
+    pub entries: Vec<(NodeId, BlockLoc)>,
+}
+
+// ------------------------------------------------------------------------------------------
+// Primitive writer / reader
+// ------------------------------------------------------------------------------------------
+
+#[derive(Default)]
+struct W(Vec<u8>);
+
+impl W {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.u32(b.len() as u32);
+        self.0.extend_from_slice(b);
+    }
+}
+
+struct R<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+type Detail = String;
+
+impl<'a> R<'a> {
+    fn new(buf: &'a [u8]) -> Self {
+        R { buf, pos: 0 }
+    }
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Detail> {
+        let end = self.pos.checked_add(n).ok_or("length overflow")?;
+        let s = self.buf.get(self.pos..end).ok_or_else(|| format!("truncated at byte {}", self.pos))?;
+        self.pos = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, Detail> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, Detail> {
+        let mut a = [0u8; 4];
+        a.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(a))
+    }
+    fn u64(&mut self) -> Result<u64, Detail> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn bytes(&mut self) -> Result<Vec<u8>, Detail> {
+        let n = self.u32()? as usize;
+        Ok(self.take(n)?.to_vec())
+    }
+    fn done(&self) -> Result<(), Detail> {
+        if self.pos == self.buf.len() {
+            Ok(())
+        } else {
+            Err(format!("{} trailing bytes", self.buf.len() - self.pos))
+        }
+    }
+}
+
+fn corruption(location: &str, detail: impl Into<String>) -> EngineError {
+    EngineError::Corruption { location: location.to_string(), detail: detail.into() }
+}
+
+// ------------------------------------------------------------------------------------------
+// Header
+// ------------------------------------------------------------------------------------------
+
+/// Encodes a header into `HEADER_BYTES` bytes.
+pub fn encode_header(h: &Header) -> Vec<u8> {
+    let mut w = W::default();
+    w.0.extend_from_slice(HEADER_MAGIC);
+    w.u32(FORMAT_VERSION);
+    w.u32(HEADER_BYTES as u32);
+    w.u64(h.counter);
+    w.u64(h.btt.offset);
+    w.u32(h.btt.size);
+    w.u32(h.btt.crc);
+    w.0.resize(HEADER_BYTES - 4, 0);
+    let crc = crc32c::crc32c(&w.0);
+    w.u32(crc);
+    w.0
+}
+
+/// Decodes a header slot; `Ok(None)` when the slot does not hold a valid header (never written,
+/// torn, or zeroed), `Err(UnsupportedVersion)` when it is valid but too new.
+pub fn decode_header(buf: &[u8]) -> Result<Option<Header>> {
+    let Some(body) = buf.get(..HEADER_BYTES) else { return Ok(None) };
+    let (data, crc_bytes) = body.split_at(HEADER_BYTES - 4);
+    let mut crc = [0u8; 4];
+    crc.copy_from_slice(crc_bytes);
+    if data.get(..8) != Some(HEADER_MAGIC.as_slice()) || crc32c::crc32c(data) != u32::from_le_bytes(crc) {
+        return Ok(None);
+    }
+    let mut r = R::new(data);
+    let parsed = (|| -> Result<(u32, Header), Detail> {
+        r.take(8)?;
+        let version = r.u32()?;
+        let _len = r.u32()?;
+        let counter = r.u64()?;
+        let offset = r.u64()?;
+        let size = r.u32()?;
+        let bcrc = r.u32()?;
+        Ok((version, Header { counter, btt: BlockLoc { offset, size, crc: bcrc } }))
+    })();
+    match parsed {
+        Ok((version, h)) if version <= FORMAT_VERSION => Ok(Some(h)),
+        Ok((version, _)) => Err(EngineError::UnsupportedVersion { found: version, supported: FORMAT_VERSION }),
+        Err(_) => Ok(None),
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// BTT
+// ------------------------------------------------------------------------------------------
+
+/// Encodes a BTT block (magic, version, roots, meta, entries, crc32c).
+pub fn encode_btt(b: &BttImage) -> Vec<u8> {
+    let mut w = W::default();
+    w.0.extend_from_slice(BTT_MAGIC);
+    w.u32(FORMAT_VERSION);
+    w.u32(0);
+    w.u64(b.counter);
+    w.u64(b.root);
+    w.u64(b.next_msn);
+    w.u64(b.next_node_id);
+    match &b.meta {
+        Some(m) => {
+            w.u8(1);
+            w.bytes(m);
+        }
+        None => w.u8(0),
+    }
+    w.u64(b.entries.len() as u64);
+    for (id, loc) in &b.entries {
+        w.u64(*id);
+        w.u64(loc.offset);
+        w.u32(loc.size);
+        w.u32(loc.crc);
+    }
+    let crc = crc32c::crc32c(&w.0);
+    w.u32(crc);
+    w.0
+}
+
+/// Decodes a BTT block read from `location`, verifying its checksum.
+pub fn decode_btt(buf: &[u8], location: &str) -> Result<BttImage> {
+    let body = verify_trailing_crc(buf, location)?;
+    let mut r = R::new(body);
+    let res = (|| -> Result<Result<BttImage>, Detail> {
+        if r.take(8)? != BTT_MAGIC {
+            return Err("bad BTT magic".into());
+        }
+        let version = r.u32()?;
+        if version > FORMAT_VERSION {
+            return Ok(Err(EngineError::UnsupportedVersion { found: version, supported: FORMAT_VERSION }));
+        }
+        let _flags = r.u32()?;
+        let counter = r.u64()?;
+        let root = r.u64()?;
+        let next_msn = r.u64()?;
+        let next_node_id = r.u64()?;
+        let meta = match r.u8()? {
+            0 => None,
+            1 => Some(r.bytes()?),
+            t => return Err(format!("bad meta tag {t}")),
+        };
+        let n = r.u64()?;
+        let mut entries = Vec::with_capacity(n.min(1 << 20) as usize);
+        for _ in 0..n {
+            let id = r.u64()?;
+            let offset = r.u64()?;
+            let size = r.u32()?;
+            let crc = r.u32()?;
+            entries.push((id, BlockLoc { offset, size, crc }));
+        }
+        r.done()?;
+        Ok(Ok(BttImage { counter, root, next_msn, next_node_id, meta, entries }))
+    })();
+    res.map_err(|d| corruption(location, d))?
+}
+
+fn verify_trailing_crc<'a>(buf: &'a [u8], location: &str) -> Result<&'a [u8]> {
+    if buf.len() < 4 {
+        return Err(corruption(location, "block shorter than its checksum"));
+    }
+    let (body, tail) = buf.split_at(buf.len() - 4);
+    let mut c = [0u8; 4];
+    c.copy_from_slice(tail);
+    let stored = u32::from_le_bytes(c);
+    let actual = crc32c::crc32c(body);
+    if stored != actual {
+        return Err(corruption(location, format!("crc32c mismatch (stored {stored:#010x}, computed {actual:#010x})")));
+    }
+    Ok(body)
+}
+
+// ------------------------------------------------------------------------------------------
+// Nodes
+// ------------------------------------------------------------------------------------------
+
+fn encode_upsert(w: &mut W, op: &UpsertOp) {
+    match op {
+        UpsertOp::SetIfAbsent(v) => {
+            w.u8(1);
+            w.bytes(v);
+        }
+        UpsertOp::Add(d) => {
+            w.u8(2);
+            w.u64(*d as u64);
+        }
+        UpsertOp::Append(v) => {
+            w.u8(3);
+            w.bytes(v);
+        }
+        UpsertOp::Max(v) => {
+            w.u8(4);
+            w.bytes(v);
+        }
+    }
+}
+
+fn decode_upsert(r: &mut R<'_>) -> Result<UpsertOp, Detail> {
+    Ok(match r.u8()? {
+        1 => UpsertOp::SetIfAbsent(r.bytes()?),
+        2 => UpsertOp::Add(r.u64()? as i64),
+        3 => UpsertOp::Append(r.bytes()?),
+        4 => UpsertOp::Max(r.bytes()?),
+        t => return Err(format!("unknown upsert op tag {t}")),
+    })
+}
+
+fn encode_buffer(buf: &Buffer) -> Vec<u8> {
+    let msgs = buf.messages();
+    let mut w = W::default();
+    w.u32(msgs.len() as u32);
+    for m in &msgs {
+        match m {
+            Msg::Point { msn, key, op } => {
+                w.u64(*msn);
+                match op {
+                    PointOp::Put(v) => {
+                        w.u8(1);
+                        w.bytes(key);
+                        w.bytes(v);
+                    }
+                    PointOp::Delete => {
+                        w.u8(2);
+                        w.bytes(key);
+                    }
+                    PointOp::Upsert(u) => {
+                        w.u8(3);
+                        w.bytes(key);
+                        encode_upsert(&mut w, u);
+                    }
+                }
+            }
+            Msg::Range(r) => {
+                w.u64(r.msn);
+                w.u8(match r.op {
+                    RangeOp::Delete => 4,
+                    RangeOp::Upsert(_) => 5,
+                });
+                w.bytes(&r.start);
+                match &r.end {
+                    Some(e) => {
+                        w.u8(1);
+                        w.bytes(e);
+                    }
+                    None => w.u8(0),
+                }
+                if let RangeOp::Upsert(u) = &r.op {
+                    encode_upsert(&mut w, u);
+                }
+            }
+        }
+    }
+    w.0
+}
+
+fn decode_buffer(raw: &[u8]) -> Result<Buffer, Detail> {
+    let mut r = R::new(raw);
+    let n = r.u32()?;
+    let mut buf = Buffer::new();
+    let mut last_msn = 0;
+    for _ in 0..n {
+        let msn = r.u64()?;
+        if msn <= last_msn && last_msn != 0 {
+            return Err(format!("buffer MSNs out of order ({msn} after {last_msn})"));
+        }
+        last_msn = msn;
+        let msg = match r.u8()? {
+            1 => Msg::Point { msn, key: r.bytes()?, op: PointOp::Put(r.bytes()?) },
+            2 => Msg::Point { msn, key: r.bytes()?, op: PointOp::Delete },
+            3 => {
+                let key = r.bytes()?;
+                Msg::Point { msn, key, op: PointOp::Upsert(decode_upsert(&mut r)?) }
+            }
+            t @ (4 | 5) => {
+                let start = r.bytes()?;
+                let end = match r.u8()? {
+                    0 => None,
+                    1 => Some(r.bytes()?),
+                    e => return Err(format!("bad range end tag {e}")),
+                };
+                let op = if t == 4 { RangeOp::Delete } else { RangeOp::Upsert(decode_upsert(&mut r)?) };
+                Msg::Range(RangeMsg { msn, start, end, op })
+            }
+            t => return Err(format!("unknown message tag {t}")),
+        };
+        buf.push(msg);
+    }
+    r.done()?;
+    Ok(buf)
+}
+
+fn encode_basement(b: &Basement) -> Vec<u8> {
+    let mut w = W::default();
+    w.u64(b.max_msn);
+    w.u32(b.entries.len() as u32);
+    for (k, v) in &b.entries {
+        w.bytes(k);
+        w.bytes(v);
+    }
+    w.0
+}
+
+fn decode_basement(raw: &[u8]) -> Result<Basement, Detail> {
+    let mut r = R::new(raw);
+    let max_msn = r.u64()?;
+    let n = r.u32()?;
+    let mut entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(n.min(1 << 20) as usize);
+    for _ in 0..n {
+        let k = r.bytes()?;
+        let v = r.bytes()?;
+        if entries.last().is_some_and(|(pk, _)| *pk >= k) {
+            return Err("basement keys not strictly increasing".into());
+        }
+        entries.push((k, v));
+    }
+    r.done()?;
+    Ok(Basement::from_entries(entries, max_msn))
+}
+
+fn compress(raw: Vec<u8>, level: Option<i32>) -> Result<Vec<u8>> {
+    match level {
+        None => Ok(raw),
+        Some(l) => zstd::bulk::compress(&raw, l)
+            .map_err(|source| EngineError::Io { context: "zstd compress".into(), source }),
+    }
+}
+
+/// Encodes `node` (id `id`): uncompressed header with a partition table, then one compressed,
+/// crc32c-checked partition for the pivots/children and one per buffer or basement.
+pub fn encode_node(id: NodeId, node: &Node, level: Option<i32>) -> Result<Vec<u8>> {
+    let mut info = W::default();
+    let mut parts: Vec<Vec<u8>> = Vec::new();
+    let (kind, height) = match node {
+        Node::Internal(n) => {
+            info.u32(n.children.len() as u32);
+            for p in &n.pivots {
+                info.bytes(p);
+            }
+            for c in &n.children {
+                info.u64(*c);
+            }
+            parts.extend(n.buffers.iter().map(encode_buffer));
+            (1u8, n.height)
+        }
+        Node::Leaf(l) => {
+            info.u32(l.basements.len() as u32);
+            for p in &l.pivots {
+                info.bytes(p);
+            }
+            parts.extend(l.basements.iter().map(encode_basement));
+            (0u8, 0)
+        }
+    };
+    parts.insert(0, info.0);
+    let mut stored: Vec<(Vec<u8>, u32)> = Vec::with_capacity(parts.len());
+    for p in parts {
+        let raw_len = p.len() as u32;
+        stored.push((compress(p, level)?, raw_len));
+    }
+    let header_len = NODE_FIXED_HEADER_BYTES + PARTITION_ENTRY_BYTES * stored.len() + 4;
+    let mut w = W::default();
+    w.0.extend_from_slice(NODE_MAGIC);
+    w.u32(FORMAT_VERSION);
+    w.u64(id);
+    w.u32(height);
+    w.u8(kind);
+    w.u8(u8::from(level.is_some()));
+    w.0.extend_from_slice(&[0, 0]);
+    w.u32(stored.len() as u32);
+    w.u32(header_len as u32);
+    w.u32(0);
+    debug_assert_eq!(w.0.len(), NODE_FIXED_HEADER_BYTES);
+    let mut offset = header_len as u32;
+    for (data, raw_len) in &stored {
+        w.u32(offset);
+        w.u32(data.len() as u32);
+        w.u32(*raw_len);
+        w.u32(crc32c::crc32c(data));
+        offset += data.len() as u32;
+    }
+    let hcrc = crc32c::crc32c(&w.0);
+    w.u32(hcrc);
+    for (data, _) in &stored {
+        w.0.extend_from_slice(data);
+    }
+    Ok(w.0)
+}
+
+/// Decodes a node block read from `location`; `expect_id` must match the stored id.
+pub fn decode_node(buf: &[u8], expect_id: NodeId, location: &str) -> Result<Node> {
+    decode_node_inner(buf, expect_id).map_err(|d| match d {
+        NodeErr::Corrupt(d) => corruption(location, d),
+        NodeErr::Engine(e) => e,
+    })
+}
+
+enum NodeErr {
+    Corrupt(Detail),
+    Engine(EngineError),
+}
+
+impl From<Detail> for NodeErr {
+    fn from(d: Detail) -> Self {
+        NodeErr::Corrupt(d)
+    }
+}
+
+impl From<&str> for NodeErr {
+    fn from(d: &str) -> Self {
+        NodeErr::Corrupt(d.to_string())
+    }
+}
+
+fn decode_node_inner(buf: &[u8], expect_id: NodeId) -> Result<Node, NodeErr> {
+    let mut r = R::new(buf);
+    if r.take(8)? != NODE_MAGIC {
+        return Err("bad node magic".to_string().into());
+    }
+    let version = r.u32()?;
+    if version > FORMAT_VERSION {
+        return Err(NodeErr::Engine(EngineError::UnsupportedVersion { found: version, supported: FORMAT_VERSION }));
+    }
+    let id = r.u64()?;
+    let height = r.u32()?;
+    let kind = r.u8()?;
+    let compressed = r.u8()?;
+    r.take(2)?;
+    let nparts = r.u32()? as usize;
+    let header_len = r.u32()? as usize;
+    r.u32()?;
+    if header_len != NODE_FIXED_HEADER_BYTES + PARTITION_ENTRY_BYTES * nparts + 4 {
+        return Err(format!("header length {header_len} does not match {nparts} partitions").into());
+    }
+    let header = buf.get(..header_len).ok_or("truncated node header")?;
+    let (hbody, htail) = header.split_at(header_len - 4);
+    let mut c = [0u8; 4];
+    c.copy_from_slice(htail);
+    if crc32c::crc32c(hbody) != u32::from_le_bytes(c) {
+        return Err("node header crc32c mismatch".to_string().into());
+    }
+    if id != expect_id {
+        return Err(format!("block holds node {id}, expected {expect_id}").into());
+    }
+    let mut parts = Vec::with_capacity(nparts);
+    for p in 0..nparts {
+        let off = r.u32()? as usize;
+        let len = r.u32()? as usize;
+        let raw_len = r.u32()? as usize;
+        let crc = r.u32()?;
+        let data = buf.get(off..off.saturating_add(len)).ok_or_else(|| format!("partition {p} out of bounds"))?;
+        if crc32c::crc32c(data) != crc {
+            return Err(format!("partition {p} crc32c mismatch").into());
+        }
+        let raw = if compressed == 1 {
+            zstd::bulk::decompress(data, raw_len).map_err(|e| format!("partition {p} zstd: {e}"))?
+        } else {
+            data.to_vec()
+        };
+        if raw.len() != raw_len {
+            return Err(format!("partition {p} length {} != {raw_len}", raw.len()).into());
+        }
+        parts.push(raw);
+    }
+    let mut parts = parts.into_iter();
+    let info = parts.next().ok_or("node without info partition")?;
+    let mut ir = R::new(&info);
+    let n = ir.u32()? as usize;
+    if n == 0 || n != nparts - 1 {
+        return Err(format!("{n} children/basements but {} data partitions", nparts - 1).into());
+    }
+    let mut pivots = Vec::with_capacity(n - 1);
+    for _ in 1..n {
+        pivots.push(ir.bytes()?);
+    }
+    match kind {
+        1 => {
+            let mut children = Vec::with_capacity(n);
+            for _ in 0..n {
+                children.push(ir.u64()?);
+            }
+            ir.done()?;
+            let buffers = parts.map(|p| decode_buffer(&p)).collect::<Result<Vec<_>, Detail>>()?;
+            Ok(Node::Internal(Internal { height, pivots, children, buffers }))
+        }
+        0 => {
+            ir.done()?;
+            let basements = parts.map(|p| decode_basement(&p)).collect::<Result<Vec<_>, Detail>>()?;
+            Ok(Node::Leaf(Leaf { pivots, basements, appending: false, prepending: false }))
+        }
+        k => Err(format!("unknown node kind {k}").into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_roundtrip_and_bitflip() {
+        let mut b = Buffer::new();
+        b.push(Msg::Point { msn: 3, key: b"k".to_vec(), op: PointOp::Upsert(UpsertOp::Add(-2)) });
+        b.push(Msg::Range(RangeMsg { msn: 4, start: b"a".to_vec(), end: None, op: RangeOp::Delete }));
+        let n = Node::Internal(Internal {
+            height: 1,
+            pivots: vec![b"m".to_vec()],
+            children: vec![7, 9],
+            buffers: vec![b, Buffer::new()],
+        });
+        for level in [None, Some(1)] {
+            let enc = encode_node(5, &n, level).unwrap();
+            assert_eq!(decode_node(&enc, 5, "t").unwrap(), n);
+            for i in 0..enc.len() {
+                let mut bad = enc.clone();
+                bad[i] ^= 0x10;
+                assert!(decode_node(&bad, 5, "t").is_err(), "flip at {i} undetected");
+            }
+        }
+        let leaf = Node::Leaf(Leaf::from_entries(vec![(b"a".to_vec(), b"1".to_vec())], 9, 64));
+        let enc = encode_node(2, &leaf, Some(3)).unwrap();
+        assert_eq!(decode_node(&enc, 2, "t").unwrap(), leaf);
+    }
+
+    #[test]
+    fn header_and_btt_roundtrip() {
+        let h = Header { counter: 9, btt: BlockLoc { offset: 8192, size: 100, crc: 7 } };
+        let enc = encode_header(&h);
+        assert_eq!(decode_header(&enc).unwrap(), Some(h));
+        let mut bad = enc.clone();
+        bad[20] ^= 1;
+        assert_eq!(decode_header(&bad).unwrap(), None);
+        let b = BttImage {
+            counter: 9,
+            root: 1,
+            next_msn: 10,
+            next_node_id: 4,
+            meta: Some(b"m".to_vec()),
+            entries: vec![(1, BlockLoc { offset: 8192, size: 10, crc: 3 })],
+        };
+        let enc = encode_btt(&b);
+        assert_eq!(decode_btt(&enc, "t").unwrap(), b);
+        let mut bad = enc.clone();
+        bad[30] ^= 4;
+        assert!(matches!(decode_btt(&bad, "t"), Err(EngineError::Corruption { .. })));
+    }
+}

@@ -1,0 +1,261 @@
+//! The fractal tree (Bε-tree) engine, after PerconaFT/TokuDB (`ft/` in percona/PerconaFT).
+//!
+//! - [`msg`]: messages with MSNs and the per-child message buffers.
+//! - [`node`]: internal nodes (pivots + buffers) and leaves (basement nodes).
+//! - [`tree`]: injection, flushing, splits/merges, reads, bulk load, integrity walk.
+//! - [`store`]: copy-on-write blocks, block translation table, headers, allocator, cachetable.
+//! - [`codec`]: the on-disk encoding (documented byte by byte in `node/engine/FORMAT.md`).
+//!
+//! One file `tree.ftkv` in the engine directory holds everything. Writes become messages
+//! injected at the root; [`Engine::checkpoint`] writes dirty nodes to fresh blocks and commits
+//! the BTT (with the metadata blob) under the alternate header, so a reopen returns exactly the
+//! last checkpoint. All I/O goes through [`ftkv_vfs::Vfs`], so crash tests run on `FaultVfs`.
+//!
+//! Concurrency: one mutex guards the tree (readers load nodes into the shared cachetable).
+
+pub mod codec;
+pub mod msg;
+pub mod node;
+pub mod store;
+pub mod tree;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ftkv_vfs::{Vfs, VfsFile};
+use parking_lot::Mutex;
+
+use self::codec::{decode_btt, decode_header, BlockLoc, Header, HEADER_BYTES, HEADER_SLOT_BYTES};
+use self::msg::{Msg, PointOp, RangeMsg, RangeOp};
+use self::node::{Leaf, Node};
+use self::store::Store;
+pub use self::tree::TreeParams;
+use self::tree::Tree;
+use crate::{Engine, EngineError, EngineKind, EngineOptions, IntegrityReport, KeyValue, Result, WriteOp};
+
+/// File name of the tree inside the engine directory.
+pub const TREE_FILE_NAME: &str = "tree.ftkv";
+const TREE_TMP_NAME: &str = "tree.ftkv.tmp";
+
+/// The fractal-tree engine (`engine.kind = "fractal"`).
+pub struct FractalEngine {
+    inner: Mutex<Inner>,
+    path: PathBuf,
+}
+
+struct Inner {
+    tree: Tree,
+    poisoned: bool,
+}
+
+fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> EngineError {
+    let context = context.into();
+    move |source| EngineError::Io { context, source }
+}
+
+impl FractalEngine {
+    /// Opens (or creates) the tree in `opts.dir` with the default [`TreeParams`].
+    ///
+    /// Errors: `Io` from the file system, `Corruption` when no valid header or a damaged BTT is
+    /// found, `UnsupportedVersion` for a newer format.
+    pub fn open(vfs: Arc<dyn Vfs>, opts: &EngineOptions) -> Result<Self> {
+        Self::open_with_params(vfs, opts, TreeParams::default())
+    }
+
+    /// Like [`FractalEngine::open`] with explicit tree shape (small nodes in tests).
+    pub fn open_with_params(vfs: Arc<dyn Vfs>, opts: &EngineOptions, params: TreeParams) -> Result<Self> {
+        params.validate()?;
+        vfs.create_dir_all(&opts.dir).map_err(io(format!("create {}", opts.dir.display())))?;
+        let path = opts.dir.join(TREE_FILE_NAME);
+        if !vfs.exists(&path) {
+            create_tree_file(vfs.as_ref(), &opts.dir, opts, params)?;
+        }
+        let file = vfs.open(&path, false).map_err(io(format!("open {}", path.display())))?;
+        let tree = load_tree(file, &path, opts, params)?;
+        Ok(FractalEngine { inner: Mutex::new(Inner { tree, poisoned: false }), path })
+    }
+
+    /// Path of the tree file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Tree shape in use.
+    pub fn params(&self) -> TreeParams {
+        self.inner.lock().tree.params
+    }
+
+    /// Bytes of nodes currently cached.
+    pub fn cached_bytes(&self) -> usize {
+        self.inner.lock().tree.store.cached_bytes()
+    }
+}
+
+/// Writes an empty tree (one empty leaf) with a first checkpoint to a temporary file, then
+/// renames it into place and syncs the directory: a crash leaves either no tree or a valid one.
+fn create_tree_file(vfs: &dyn Vfs, dir: &Path, opts: &EngineOptions, params: TreeParams) -> Result<()> {
+    let tmp = dir.join(TREE_TMP_NAME);
+    if vfs.exists(&tmp) {
+        vfs.remove_file(&tmp).map_err(io(format!("remove {}", tmp.display())))?;
+    }
+    let file = vfs.open(&tmp, true).map_err(io(format!("create {}", tmp.display())))?;
+    let store = Store::new(file, tmp.clone(), opts.compression_level, opts.cache_size_bytes as usize, None);
+    let mut tree = Tree { params, store, root: 1, next_msn: 1, next_node_id: 2, meta: None };
+    tree.store.put(1, Node::Leaf(Leaf::default()));
+    tree.checkpoint()?;
+    let path = dir.join(TREE_FILE_NAME);
+    vfs.rename(&tmp, &path).map_err(io(format!("rename {} into place", tmp.display())))?;
+    vfs.sync_dir(dir).map_err(io(format!("sync dir {}", dir.display())))?;
+    Ok(())
+}
+
+fn load_tree(file: Arc<dyn VfsFile>, path: &Path, opts: &EngineOptions, params: TreeParams) -> Result<Tree> {
+    let mut best: Option<Header> = None;
+    for slot in 0..2u64 {
+        let mut buf = vec![0u8; HEADER_BYTES];
+        let n = file.read_at(&mut buf, slot * HEADER_SLOT_BYTES).map_err(io(format!("read header of {}", path.display())))?;
+        if n < HEADER_BYTES {
+            continue;
+        }
+        if let Some(h) = decode_header(&buf)? {
+            if best.is_none_or(|b| h.counter > b.counter) {
+                best = Some(h);
+            }
+        }
+    }
+    let header = best.ok_or_else(|| EngineError::Corruption {
+        location: format!("{} headers", path.display()),
+        detail: "no valid header in either slot".into(),
+    })?;
+    let btt_loc: BlockLoc = header.btt;
+    let location = format!("{} BTT block @ offset {}", path.display(), btt_loc.offset);
+    let mut buf = vec![0u8; btt_loc.size as usize];
+    file.read_exact_at(&mut buf, btt_loc.offset).map_err(|source| EngineError::Corruption {
+        location: location.clone(),
+        detail: format!("unreadable: {source}"),
+    })?;
+    if crc32c::crc32c(&buf) != btt_loc.crc {
+        return Err(EngineError::Corruption { location, detail: "crc32c mismatch with the header".into() });
+    }
+    let img = decode_btt(&buf, &location)?;
+    if img.counter != header.counter {
+        return Err(EngineError::Corruption {
+            location,
+            detail: format!("BTT counter {} != header counter {}", img.counter, header.counter),
+        });
+    }
+    let store = Store::new(file, path.to_path_buf(), opts.compression_level, opts.cache_size_bytes as usize, Some((&img, btt_loc)));
+    let mut tree =
+        Tree { params, store, root: img.root, next_msn: img.next_msn, next_node_id: img.next_node_id, meta: img.meta };
+    tree.store.get(tree.root)?;
+    Ok(tree)
+}
+
+/// Converts a write op into a message stamped with `msn`; `None` for an empty range.
+fn to_msg(op: &WriteOp, msn: u64) -> Option<Msg> {
+    Some(match op {
+        WriteOp::Put { key, value } => Msg::Point { msn, key: key.clone(), op: PointOp::Put(value.clone()) },
+        WriteOp::Delete { key } => Msg::Point { msn, key: key.clone(), op: PointOp::Delete },
+        WriteOp::Upsert { key, op } => Msg::Point { msn, key: key.clone(), op: PointOp::Upsert(op.clone()) },
+        WriteOp::DeleteRange { start, end } => {
+            if end.as_ref().is_some_and(|e| e <= start) {
+                return None;
+            }
+            Msg::Range(RangeMsg { msn, start: start.clone(), end: end.clone(), op: RangeOp::Delete })
+        }
+        WriteOp::UpsertRange { start, end, op } => {
+            if end.as_ref().is_some_and(|e| e <= start) {
+                return None;
+            }
+            Msg::Range(RangeMsg { msn, start: start.clone(), end: end.clone(), op: RangeOp::Upsert(op.clone()) })
+        }
+    })
+}
+
+impl Inner {
+    /// Runs a mutation; any error poisons the engine (the in-memory tree may be half-updated;
+    /// the file still holds the last checkpoint).
+    fn mutate<T>(&mut self, f: impl FnOnce(&mut Tree) -> Result<T>) -> Result<T> {
+        if self.poisoned {
+            return Err(EngineError::Poisoned);
+        }
+        let r = f(&mut self.tree);
+        if r.is_err() {
+            self.poisoned = true;
+        }
+        r
+    }
+}
+
+impl Engine for FractalEngine {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Fractal
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut inner = self.inner.lock();
+        let v = inner.tree.get(key)?;
+        let root = inner.tree.root;
+        if !inner.poisoned {
+            inner.mutate(|t| t.store.evict_to_budget(root))?;
+        }
+        Ok(v)
+    }
+
+    fn scan(&self, start: &[u8], end: Option<&[u8]>, limit: usize) -> Result<Vec<KeyValue>> {
+        let mut inner = self.inner.lock();
+        if inner.poisoned {
+            return Err(EngineError::Poisoned);
+        }
+        inner.mutate(|t| t.scan(start, end, limit))
+    }
+
+    fn write(&self, ops: &[WriteOp], meta: Option<&[u8]>) -> Result<()> {
+        let mut inner = self.inner.lock();
+        inner.mutate(|t| {
+            for op in ops {
+                let msn = t.next_msn();
+                if let Some(msg) = to_msg(op, msn) {
+                    t.inject(msg)?;
+                }
+                t.store.evict_to_budget(t.root)?;
+            }
+            if let Some(m) = meta {
+                t.meta = Some(m.to_vec());
+            }
+            Ok(())
+        })
+    }
+
+    fn meta(&self) -> Result<Option<Vec<u8>>> {
+        Ok(self.inner.lock().tree.meta.clone())
+    }
+
+    fn checkpoint(&self) -> Result<()> {
+        self.inner.lock().mutate(Tree::checkpoint)
+    }
+
+    fn replace_all(&self, pairs: &mut dyn Iterator<Item = Result<KeyValue>>, meta: &[u8]) -> Result<()> {
+        let mut inner = self.inner.lock();
+        if inner.poisoned {
+            return Err(EngineError::Poisoned);
+        }
+        match inner.tree.replace_all(pairs, meta) {
+            Ok(()) => Ok(()),
+            // A bad input leaves the old tree in place; anything else poisons.
+            Err(e @ EngineError::InvalidArgument(_)) => Err(e),
+            Err(e) => {
+                inner.poisoned = true;
+                Err(e)
+            }
+        }
+    }
+
+    fn check_integrity(&self) -> Result<IntegrityReport> {
+        self.inner.lock().tree.check_integrity()
+    }
+
+    fn size_on_disk_bytes(&self) -> Result<u64> {
+        self.inner.lock().tree.store.file_len()
+    }
+}

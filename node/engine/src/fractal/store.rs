@@ -1,0 +1,461 @@
+//! The block layer and the cachetable: one file of copy-on-write node blocks addressed through a
+//! block translation table (BTT), two alternating headers, a free-extent allocator, and a
+//! CLOCK-evicted node cache with a byte budget (PerconaFT `ft/serialize/block_table.cc`,
+//! `ft/cachetable/cachetable.cc`).
+//!
+//! Space rules: a block referenced by the last durable checkpoint is never overwritten; when its
+//! node is rewritten or deleted, the block waits in `pending_free` until the next checkpoint
+//! commits. Blocks written and superseded between two checkpoints are reused at once. Free space
+//! at the end of the file is cut off with `set_len`, so a steady overwrite workload reuses space
+//! instead of growing the file.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ftkv_vfs::VfsFile;
+
+use super::codec::{
+    align_up, decode_node, encode_btt, encode_header, encode_node, BlockLoc, BttImage, Header, DATA_START,
+    HEADER_SLOT_BYTES,
+};
+use super::msg::Msn;
+use super::node::{Node, NodeId};
+use crate::{EngineError, Result};
+
+/// CLOCK count given to a node when it is loaded or touched, and its maximum.
+const CLOCK_MAX: u8 = 3;
+
+struct Entry {
+    node: Node,
+    dirty: bool,
+    clock: u8,
+    bytes: usize,
+}
+
+/// The tree file, its BTT and the node cache.
+pub struct Store {
+    file: Arc<dyn VfsFile>,
+    path: PathBuf,
+    compression_level: Option<i32>,
+    /// Current node map (durable entries plus blocks written since the last checkpoint).
+    btt: HashMap<NodeId, BlockLoc>,
+    /// Offsets of every block the last durable checkpoint references (nodes and its BTT block).
+    durable_offsets: HashSet<u64>,
+    /// Extents the durable checkpoint references but the current tree no longer does.
+    pending_free: Vec<(u64, u64)>,
+    /// Free extents `offset -> length` below `end`, coalesced.
+    free: BTreeMap<u64, u64>,
+    /// End of the allocated area (the file is cut back to here at checkpoints).
+    end: u64,
+    durable_btt: Option<BlockLoc>,
+    /// Counter of the last durable checkpoint.
+    counter: u64,
+    cache: HashMap<NodeId, Entry>,
+    ring: Vec<NodeId>,
+    ring_members: HashSet<NodeId>,
+    hand: usize,
+    cached_bytes: usize,
+    budget_bytes: usize,
+}
+
+fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> EngineError {
+    let context = context.into();
+    move |source| EngineError::Io { context, source }
+}
+
+impl Store {
+    /// A store over `file` whose durable state is `image` at `btt_loc` (`None` for a file that
+    /// has no checkpoint yet).
+    pub fn new(
+        file: Arc<dyn VfsFile>,
+        path: PathBuf,
+        compression_level: Option<i32>,
+        budget_bytes: usize,
+        image: Option<(&BttImage, BlockLoc)>,
+    ) -> Self {
+        let mut s = Store {
+            file,
+            path,
+            compression_level,
+            btt: HashMap::new(),
+            durable_offsets: HashSet::new(),
+            pending_free: Vec::new(),
+            free: BTreeMap::new(),
+            end: DATA_START,
+            durable_btt: None,
+            counter: 0,
+            cache: HashMap::new(),
+            ring: Vec::new(),
+            ring_members: HashSet::new(),
+            hand: 0,
+            cached_bytes: 0,
+            budget_bytes,
+        };
+        if let Some((img, loc)) = image {
+            s.counter = img.counter;
+            s.btt = img.entries.iter().copied().collect();
+            s.durable_btt = Some(loc);
+            s.rebuild_allocator();
+        }
+        s
+    }
+
+    /// Recomputes the free list and `end` from the BTT and the durable BTT block.
+    fn rebuild_allocator(&mut self) {
+        let mut used: Vec<(u64, u64)> = self.btt.values().map(|l| (l.offset, l.alloc_bytes())).collect();
+        if let Some(b) = self.durable_btt {
+            used.push((b.offset, b.alloc_bytes()));
+        }
+        used.sort_unstable();
+        self.durable_offsets = used.iter().map(|(o, _)| *o).collect();
+        self.free.clear();
+        let mut cursor = DATA_START;
+        for (off, len) in used {
+            if off > cursor {
+                self.free.insert(cursor, off - cursor);
+            }
+            cursor = cursor.max(off + len);
+        }
+        self.end = cursor;
+    }
+
+    /// Counter of the last durable checkpoint.
+    pub fn counter(&self) -> u64 {
+        self.counter
+    }
+
+    /// Path of the tree file (for error messages).
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Bytes of the tree file.
+    pub fn file_len(&self) -> Result<u64> {
+        self.file.len().map_err(io_err("tree file length"))
+    }
+
+    /// Node ids with a block in the current BTT.
+    pub fn btt_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.btt.keys().copied()
+    }
+
+    /// Node ids in the cache.
+    pub fn cached_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.cache.keys().copied()
+    }
+
+    /// Bytes of cached nodes.
+    pub fn cached_bytes(&self) -> usize {
+        self.cached_bytes
+    }
+
+    /// Cache budget in bytes.
+    pub fn budget_bytes(&self) -> usize {
+        self.budget_bytes
+    }
+
+    /// Checks that allocated blocks, pending blocks and free extents never overlap and lie in
+    /// the block area; returns a description of the first violation.
+    pub fn check_space(&self) -> std::result::Result<(), String> {
+        let mut spans: Vec<(u64, u64, String)> = Vec::new();
+        for (id, l) in &self.btt {
+            spans.push((l.offset, l.alloc_bytes(), format!("node {id}")));
+        }
+        if let Some(b) = self.durable_btt {
+            spans.push((b.offset, b.alloc_bytes(), "BTT".into()));
+        }
+        for (o, l) in &self.pending_free {
+            spans.push((*o, *l, "pending-free".into()));
+        }
+        for (o, l) in &self.free {
+            spans.push((*o, *l, "free".into()));
+        }
+        spans.sort_by_key(|s| s.0);
+        let mut prev_end = DATA_START;
+        let mut prev_name = "headers".to_string();
+        for (o, l, name) in spans {
+            if o < prev_end {
+                return Err(format!("{name} at {o} overlaps {prev_name} ending at {prev_end}"));
+            }
+            if o + l > self.end {
+                return Err(format!("{name} at {o}+{l} beyond allocated end {}", self.end));
+            }
+            prev_end = o + l;
+            prev_name = name;
+        }
+        Ok(())
+    }
+
+    // --------------------------------------------------------------------------------------
+    // Allocation
+    // --------------------------------------------------------------------------------------
+
+    fn alloc(&mut self, len: u64) -> u64 {
+        let len = align_up(len.max(1));
+        let found = self.free.iter().find(|(_, l)| **l >= len).map(|(o, l)| (*o, *l));
+        if let Some((off, flen)) = found {
+            self.free.remove(&off);
+            if flen > len {
+                self.free.insert(off + len, flen - len);
+            }
+            return off;
+        }
+        let off = self.end;
+        self.end += len;
+        off
+    }
+
+    fn free_extent(&mut self, mut off: u64, mut len: u64) {
+        if len == 0 {
+            return;
+        }
+        if let Some((&po, &pl)) = self.free.range(..off).next_back() {
+            if po + pl == off {
+                self.free.remove(&po);
+                off = po;
+                len += pl;
+            }
+        }
+        if let Some(&nl) = self.free.get(&(off + len)) {
+            self.free.remove(&(off + len));
+            len += nl;
+        }
+        if off + len >= self.end {
+            self.end = off;
+        } else {
+            self.free.insert(off, len);
+        }
+    }
+
+    fn release(&mut self, loc: BlockLoc) {
+        if self.durable_offsets.contains(&loc.offset) {
+            self.pending_free.push((loc.offset, loc.alloc_bytes()));
+        } else {
+            self.free_extent(loc.offset, loc.alloc_bytes());
+        }
+    }
+
+    // --------------------------------------------------------------------------------------
+    // Block I/O
+    // --------------------------------------------------------------------------------------
+
+    fn location(&self, id: NodeId, loc: &BlockLoc) -> String {
+        format!("{} node {id} block @ offset {} ({} bytes)", self.path.display(), loc.offset, loc.size)
+    }
+
+    /// Reads and verifies node `id` from disk.
+    pub fn read_node(&self, id: NodeId) -> Result<Node> {
+        let loc = *self.btt.get(&id).ok_or_else(|| EngineError::Corruption {
+            location: format!("{} BTT", self.path.display()),
+            detail: format!("node {id} is referenced but has no block"),
+        })?;
+        let location = self.location(id, &loc);
+        let mut buf = vec![0u8; loc.size as usize];
+        self.file.read_exact_at(&mut buf, loc.offset).map_err(|source| match source.kind() {
+            std::io::ErrorKind::UnexpectedEof => {
+                EngineError::Corruption { location: location.clone(), detail: "block past end of file".into() }
+            }
+            _ => EngineError::Io { context: format!("read {location}"), source },
+        })?;
+        let crc = crc32c::crc32c(&buf);
+        if crc != loc.crc {
+            return Err(EngineError::Corruption {
+                location,
+                detail: format!("crc32c mismatch (BTT {:#010x}, block {crc:#010x})", loc.crc),
+            });
+        }
+        decode_node(&buf, id, &location)
+    }
+
+    /// Writes `node` to a fresh block (copy-on-write) and points the BTT at it.
+    pub fn write_node(&mut self, id: NodeId, node: &Node) -> Result<()> {
+        let enc = encode_node(id, node, self.compression_level)?;
+        let size = u32::try_from(enc.len())
+            .map_err(|_| EngineError::InvalidArgument(format!("node {id} encodes to {} bytes", enc.len())))?;
+        let offset = self.alloc(enc.len() as u64);
+        let loc = BlockLoc { offset, size, crc: crc32c::crc32c(&enc) };
+        if let Err(source) = self.file.write_all_at(&enc, offset) {
+            self.free_extent(offset, loc.alloc_bytes());
+            return Err(EngineError::Io { context: format!("write node {id} @ {offset}"), source });
+        }
+        if let Some(old) = self.btt.insert(id, loc) {
+            self.release(old);
+        }
+        Ok(())
+    }
+
+    /// Writes a node straight to disk without caching it (bulk load).
+    pub fn write_uncached(&mut self, id: NodeId, node: &Node) -> Result<()> {
+        self.write_node(id, node)
+    }
+
+    // --------------------------------------------------------------------------------------
+    // Cache
+    // --------------------------------------------------------------------------------------
+
+    fn touch_ring(&mut self, id: NodeId) {
+        if self.ring_members.insert(id) {
+            self.ring.push(id);
+        }
+    }
+
+    /// The node `id`, loaded from disk if not cached.
+    pub fn get(&mut self, id: NodeId) -> Result<&Node> {
+        if !self.cache.contains_key(&id) {
+            let node = self.read_node(id)?;
+            self.insert(id, node, false, 1);
+        }
+        match self.cache.get_mut(&id) {
+            Some(e) => {
+                e.clock = (e.clock + 1).min(CLOCK_MAX);
+                Ok(&e.node)
+            }
+            None => Err(EngineError::Corruption {
+                location: format!("{} cache", self.path.display()),
+                detail: format!("node {id} vanished from the cache"),
+            }),
+        }
+    }
+
+    fn insert(&mut self, id: NodeId, node: Node, dirty: bool, clock: u8) {
+        let bytes = node.size_bytes();
+        self.cached_bytes += bytes;
+        if let Some(old) = self.cache.insert(id, Entry { node, dirty, clock, bytes }) {
+            self.cached_bytes -= old.bytes;
+        }
+        self.touch_ring(id);
+    }
+
+    /// Removes node `id` from the cache (loading it if needed) for modification; returns it and
+    /// whether it was dirty. Put it back with [`Store::put`].
+    pub fn take(&mut self, id: NodeId) -> Result<Node> {
+        match self.cache.remove(&id) {
+            Some(e) => {
+                self.cached_bytes -= e.bytes;
+                Ok(e.node)
+            }
+            None => self.read_node(id),
+        }
+    }
+
+    /// Puts a (modified) node into the cache as dirty.
+    pub fn put(&mut self, id: NodeId, node: Node) {
+        self.insert(id, node, true, CLOCK_MAX);
+    }
+
+    /// Forgets node `id` (merged away): drops it from the cache and frees its block.
+    pub fn delete(&mut self, id: NodeId) {
+        if let Some(e) = self.cache.remove(&id) {
+            self.cached_bytes -= e.bytes;
+        }
+        if let Some(loc) = self.btt.remove(&id) {
+            self.release(loc);
+        }
+    }
+
+    /// Forgets every node (cache and BTT); blocks are released. Used when a bulk load replaces
+    /// the whole tree.
+    pub fn forget_all(&mut self) {
+        self.cache.clear();
+        self.ring.clear();
+        self.ring_members.clear();
+        self.hand = 0;
+        self.cached_bytes = 0;
+        let locs: Vec<BlockLoc> = self.btt.drain().map(|(_, l)| l).collect();
+        for l in locs {
+            self.release(l);
+        }
+    }
+
+    /// Evicts clean nodes (writing dirty ones first, copy-on-write) with CLOCK until the cache
+    /// fits its budget. `pinned` (the root) is never evicted.
+    pub fn evict_to_budget(&mut self, pinned: NodeId) -> Result<()> {
+        let mut steps = 0usize;
+        while self.cached_bytes > self.budget_bytes && self.cache.len() > 1 && !self.ring.is_empty() {
+            steps += 1;
+            if steps > 8 * (self.ring.len() + 8) {
+                break;
+            }
+            if self.hand >= self.ring.len() {
+                self.hand = 0;
+            }
+            let id = self.ring[self.hand];
+            let Some(e) = self.cache.get_mut(&id) else {
+                self.ring.swap_remove(self.hand);
+                self.ring_members.remove(&id);
+                continue;
+            };
+            if id == pinned {
+                self.hand += 1;
+                continue;
+            }
+            if e.clock > 0 {
+                e.clock -= 1;
+                self.hand += 1;
+                continue;
+            }
+            if e.dirty {
+                let node = e.node.clone();
+                self.write_node(id, &node)?;
+            }
+            if let Some(e) = self.cache.remove(&id) {
+                self.cached_bytes -= e.bytes;
+            }
+            self.ring.swap_remove(self.hand);
+            self.ring_members.remove(&id);
+        }
+        Ok(())
+    }
+
+    /// Writes every dirty cached node (copy-on-write) and marks it clean.
+    pub fn write_dirty(&mut self) -> Result<()> {
+        let mut dirty: Vec<NodeId> = self.cache.iter().filter(|(_, e)| e.dirty).map(|(id, _)| *id).collect();
+        dirty.sort_unstable();
+        for id in dirty {
+            let Some(e) = self.cache.get(&id) else { continue };
+            let node = e.node.clone();
+            self.write_node(id, &node)?;
+            if let Some(e) = self.cache.get_mut(&id) {
+                e.dirty = false;
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits a checkpoint: writes the BTT block (with `root`, counters and `meta`), syncs,
+    /// writes the alternate header, syncs. Only then are blocks of the previous checkpoint freed.
+    /// Every dirty node must have been written first ([`Store::write_dirty`]).
+    pub fn commit(&mut self, root: NodeId, next_msn: Msn, next_node_id: NodeId, meta: Option<Vec<u8>>) -> Result<()> {
+        let counter = self.counter + 1;
+        let mut entries: Vec<(NodeId, BlockLoc)> = self.btt.iter().map(|(k, v)| (*k, *v)).collect();
+        entries.sort_unstable_by_key(|e| e.0);
+        let img = BttImage { counter, root, next_msn, next_node_id, meta, entries };
+        let enc = encode_btt(&img);
+        let size = u32::try_from(enc.len())
+            .map_err(|_| EngineError::InvalidArgument(format!("BTT encodes to {} bytes", enc.len())))?;
+        let offset = self.alloc(enc.len() as u64);
+        let loc = BlockLoc { offset, size, crc: crc32c::crc32c(&enc) };
+        self.file.write_all_at(&enc, offset).map_err(io_err("write BTT"))?;
+        self.file.sync_data().map_err(io_err("sync tree file before header"))?;
+        let header = encode_header(&Header { counter, btt: loc });
+        let slot = (counter % 2) * HEADER_SLOT_BYTES;
+        self.file.write_all_at(&header, slot).map_err(io_err("write header"))?;
+        self.file.sync_data().map_err(io_err("sync header"))?;
+        // Durable. Release what only the previous checkpoint referenced.
+        self.counter = counter;
+        if let Some(old) = self.durable_btt.replace(loc) {
+            self.free_extent(old.offset, old.alloc_bytes());
+        }
+        for (o, l) in std::mem::take(&mut self.pending_free) {
+            self.free_extent(o, l);
+        }
+        self.durable_offsets = self.btt.values().map(|l| l.offset).collect();
+        self.durable_offsets.insert(loc.offset);
+        let file_len = self.file_len()?;
+        if file_len > self.end {
+            self.file.set_len(self.end).map_err(io_err("truncate tree file"))?;
+        }
+        Ok(())
+    }
+}

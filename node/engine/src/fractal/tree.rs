@@ -1,0 +1,698 @@
+//! Tree algorithms: message injection at the root, flushing of the heaviest buffer (cascading),
+//! splits and merges, reads that apply pending ancestor messages, bulk load, and the integrity
+//! walk (PerconaFT `ft/ft-ops.cc`, `ft/ft-flusher.cc`).
+
+use std::collections::HashSet;
+
+use super::msg::{apply_point, apply_range, apply_to_entries, Buffer, Msg, Msn};
+use super::node::{child_bounds, child_index, split_entries_even, chunk_entries, Internal, Leaf, Node, NodeId};
+use super::store::Store;
+use crate::{EngineError, IntegrityReport, KeyValue, Result};
+
+/// Shape parameters of a fractal tree (PerconaFT defaults in `ft/ft-internal.h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeParams {
+    /// Target node size in bytes (uncompressed): a leaf splits above it, an internal node is
+    /// "gorged" and flushes above it. Default 4 MiB.
+    pub node_size_bytes: usize,
+    /// Basement node size in bytes (the unit of partial reads inside a leaf). Default 64 KiB.
+    pub basement_size_bytes: usize,
+    /// Maximum children per internal node (split above it, merge below a quarter). Default 16.
+    pub fanout: usize,
+}
+
+impl Default for TreeParams {
+    fn default() -> Self {
+        TreeParams { node_size_bytes: 4 << 20, basement_size_bytes: 64 << 10, fanout: 16 }
+    }
+}
+
+impl TreeParams {
+    /// Rejects shapes the algorithms cannot work with.
+    pub fn validate(&self) -> Result<()> {
+        if self.fanout < 3 || self.node_size_bytes < 256 || self.basement_size_bytes < 64 {
+            return Err(EngineError::InvalidArgument(format!(
+                "tree params need fanout >= 3, node size >= 256 B, basement size >= 64 B: {self:?}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Whether a node lies on the left / right edge of the tree (for uneven edge splits).
+#[derive(Debug, Clone, Copy)]
+struct Edges {
+    left: bool,
+    right: bool,
+}
+
+const ROOT_EDGES: Edges = Edges { left: true, right: true };
+const NO_EDGES: Edges = Edges { left: false, right: false };
+
+fn child_edges(e: Edges, i: usize, n: usize) -> Edges {
+    Edges { left: e.left && i == 0, right: e.right && i + 1 == n }
+}
+
+fn corrupt(location: impl Into<String>, detail: impl Into<String>) -> EngineError {
+    EngineError::Corruption { location: location.into(), detail: detail.into() }
+}
+
+/// Applies one message to the value of `key`.
+fn apply_msg_to_value(value: Option<Vec<u8>>, key: &[u8], msg: &Msg) -> Option<Vec<u8>> {
+    match msg {
+        Msg::Point { op, .. } => apply_point(value, op),
+        Msg::Range(r) => {
+            if r.covers(key) {
+                value.and_then(|v| apply_range(&v, &r.op))
+            } else {
+                value
+            }
+        }
+    }
+}
+
+/// The in-memory state of an open tree.
+pub struct Tree {
+    pub(crate) params: TreeParams,
+    pub(crate) store: Store,
+    pub(crate) root: NodeId,
+    pub(crate) next_msn: Msn,
+    pub(crate) next_node_id: NodeId,
+    pub(crate) meta: Option<Vec<u8>>,
+}
+
+impl Tree {
+    fn alloc_id(&mut self) -> NodeId {
+        let id = self.next_node_id;
+        self.next_node_id += 1;
+        id
+    }
+
+    /// Assigns the next MSN.
+    pub fn next_msn(&mut self) -> Msn {
+        let m = self.next_msn;
+        self.next_msn += 1;
+        m
+    }
+
+    // --------------------------------------------------------------------------------------
+    // Write path
+    // --------------------------------------------------------------------------------------
+
+    /// Injects `msg` at the root; flushes and rebalances as needed. Never reads a leaf unless the
+    /// root is one or a flush reaches it.
+    pub fn inject(&mut self, msg: Msg) -> Result<()> {
+        let root_id = self.root;
+        let mut root = self.store.take(root_id)?;
+        match &mut root {
+            Node::Leaf(l) => {
+                l.apply(&msg);
+                l.normalize(self.params.basement_size_bytes);
+            }
+            Node::Internal(n) => {
+                n.push_msg(msg);
+                self.flush_while_gorged(n, ROOT_EDGES)?;
+            }
+        }
+        self.fix_root(root_id, root)
+    }
+
+    /// Splits an oversized root (growing the tree) or collapses a root with one child.
+    fn fix_root(&mut self, mut root_id: NodeId, mut root: Node) -> Result<()> {
+        loop {
+            let extras = self.split_if_needed(&mut root, ROOT_EDGES);
+            if extras.is_empty() {
+                if let Node::Internal(n) = &mut root {
+                    if n.children.len() == 1 {
+                        if n.buffers.first().is_some_and(|b| !b.is_empty()) {
+                            self.flush_into_child(n, 0, ROOT_EDGES)?;
+                            continue;
+                        }
+                        let child = n.children[0];
+                        self.store.delete(root_id);
+                        self.root = child;
+                        return Ok(());
+                    }
+                }
+                self.store.put(root_id, root);
+                self.root = root_id;
+                return Ok(());
+            }
+            let height = root.height() + 1;
+            self.store.put(root_id, root);
+            let mut children = vec![root_id];
+            let mut pivots = Vec::new();
+            for (p, node) in extras {
+                let id = self.alloc_id();
+                self.store.put(id, node);
+                pivots.push(p);
+                children.push(id);
+            }
+            let buffers = vec![Buffer::new(); children.len()];
+            root = Node::Internal(Internal { height, pivots, children, buffers });
+            root_id = self.alloc_id();
+        }
+    }
+
+    fn flush_while_gorged(&mut self, n: &mut Internal, edges: Edges) -> Result<()> {
+        let mut rounds = 0;
+        while n.size_bytes() > self.params.node_size_bytes && rounds < 4 * self.params.fanout + 16 {
+            let Some(i) = n.heaviest_buffer() else { break };
+            let ce = child_edges(edges, i, n.children.len());
+            self.flush_into_child(n, i, ce)?;
+            rounds += 1;
+        }
+        Ok(())
+    }
+
+    /// Moves every message of buffer `i` into child `i` (applying them if it is a leaf), then
+    /// cascades, splits or merges the child.
+    fn flush_into_child(&mut self, parent: &mut Internal, i: usize, ce: Edges) -> Result<()> {
+        let (Some(buf), Some(&cid)) = (parent.buffers.get_mut(i), parent.children.get(i)) else {
+            return Err(corrupt(format!("node child {i}"), "flush of a missing child"));
+        };
+        let msgs = buf.take_all();
+        let mut child = self.store.take(cid)?;
+        if child.height() + 1 != parent.height {
+            return Err(corrupt(
+                format!("node {cid}"),
+                format!("height {} under a parent of height {}", child.height(), parent.height),
+            ));
+        }
+        match &mut child {
+            Node::Leaf(l) => {
+                for m in &msgs {
+                    l.apply(m);
+                }
+                l.normalize(self.params.basement_size_bytes);
+            }
+            Node::Internal(c) => {
+                for m in msgs {
+                    c.push_msg(m);
+                }
+                self.flush_while_gorged(c, ce)?;
+            }
+        }
+        let extras = self.split_if_needed(&mut child, ce);
+        let underfull = extras.is_empty() && self.is_underfull(&child);
+        self.store.put(cid, child);
+        self.insert_siblings(parent, i, extras);
+        if underfull && parent.children.len() > 1 {
+            self.merge_children(parent, i)?;
+        }
+        Ok(())
+    }
+
+    fn insert_siblings(&mut self, parent: &mut Internal, i: usize, extras: Vec<(Vec<u8>, Node)>) {
+        for (k, (p, node)) in extras.into_iter().enumerate() {
+            let id = self.alloc_id();
+            self.store.put(id, node);
+            parent.pivots.insert(i + k, p);
+            parent.children.insert(i + 1 + k, id);
+            parent.buffers.insert(i + 1 + k, Buffer::new());
+        }
+    }
+
+    fn is_underfull(&self, node: &Node) -> bool {
+        match node {
+            Node::Leaf(l) => l.size_bytes() < self.params.node_size_bytes / 4,
+            Node::Internal(n) => n.children.len() < (self.params.fanout / 4).max(2),
+        }
+    }
+
+    /// Merges child `i` with a neighbour (their buffers merge too), re-splitting if too big.
+    fn merge_children(&mut self, parent: &mut Internal, i: usize) -> Result<()> {
+        let (a, b) = if i + 1 < parent.children.len() { (i, i + 1) } else { (i - 1, i) };
+        let (a_id, b_id) = (parent.children[a], parent.children[b]);
+        let mut left = self.store.take(a_id)?;
+        let right = match self.store.take(b_id) {
+            Ok(r) => r,
+            Err(e) => {
+                self.store.put(a_id, left);
+                return Err(e);
+            }
+        };
+        let pivot = parent.pivots.remove(a);
+        parent.children.remove(b);
+        let bbuf = parent.buffers.remove(b);
+        parent.buffers[a].absorb(bbuf);
+        match (&mut left, right) {
+            (Node::Leaf(l), Node::Leaf(r)) => {
+                l.pivots.push(pivot);
+                l.pivots.extend(r.pivots);
+                l.basements.extend(r.basements);
+                l.normalize(self.params.basement_size_bytes);
+            }
+            (Node::Internal(l), Node::Internal(r)) if l.height == r.height => {
+                l.pivots.push(pivot);
+                l.pivots.extend(r.pivots);
+                l.children.extend(r.children);
+                l.buffers.extend(r.buffers);
+            }
+            _ => return Err(corrupt(format!("nodes {a_id} and {b_id}"), "siblings of different heights")),
+        }
+        self.store.delete(b_id);
+        let extras = self.split_if_needed(&mut left, NO_EDGES);
+        self.store.put(a_id, left);
+        self.insert_siblings(parent, a, extras);
+        Ok(())
+    }
+
+    /// Splits an oversized node; returns the new right siblings with their left pivots.
+    fn split_if_needed(&self, node: &mut Node, edges: Edges) -> Vec<(Vec<u8>, Node)> {
+        let p = self.params;
+        match node {
+            Node::Leaf(l) => {
+                let total = l.size_bytes();
+                if total <= p.node_size_bytes || l.entry_count() < 2 {
+                    return Vec::new();
+                }
+                let appending = edges.right && l.appending;
+                let prepending = edges.left && l.prepending && !appending;
+                let max_msn = l.max_msn();
+                let entries = std::mem::take(l).into_entries();
+                // Edge leaves under sequential inserts split unevenly so the full part stays full.
+                let pieces = if appending {
+                    chunk_entries(entries, p.node_size_bytes * 15 / 16)
+                } else if prepending {
+                    let mut rev = entries;
+                    rev.reverse();
+                    let mut chunks = chunk_entries(rev, p.node_size_bytes * 15 / 16);
+                    chunks.reverse();
+                    for c in &mut chunks {
+                        c.reverse();
+                    }
+                    chunks
+                } else {
+                    let n = (total * 2).div_ceil(p.node_size_bytes).max(2);
+                    split_entries_even(entries, n)
+                };
+                let mut leaves = pieces.into_iter().map(|c| {
+                    let pivot = c.first().map(|e| e.0.clone()).unwrap_or_default();
+                    (pivot, Leaf::from_entries(c, max_msn, p.basement_size_bytes))
+                });
+                if let Some((_, first)) = leaves.next() {
+                    *l = first;
+                }
+                leaves.map(|(pv, leaf)| (pv, Node::Leaf(leaf))).collect()
+            }
+            Node::Internal(n) => {
+                let len = n.children.len();
+                if len <= p.fanout {
+                    return Vec::new();
+                }
+                let pieces = len.div_ceil(p.fanout).max(2);
+                let per = len.div_ceil(pieces);
+                let mut out = Vec::new();
+                let mut rest_children = n.children.split_off(per);
+                let mut rest_buffers = n.buffers.split_off(per);
+                let mut rest_pivots = n.pivots.split_off(per - 1);
+                while !rest_children.is_empty() {
+                    let up = rest_pivots.remove(0);
+                    let take = per.min(rest_children.len());
+                    let next_children = rest_children.split_off(take);
+                    let next_buffers = rest_buffers.split_off(take);
+                    let next_pivots = rest_pivots.split_off((take - 1).min(rest_pivots.len()));
+                    out.push((
+                        up,
+                        Node::Internal(Internal {
+                            height: n.height,
+                            pivots: std::mem::replace(&mut rest_pivots, next_pivots),
+                            children: std::mem::replace(&mut rest_children, next_children),
+                            buffers: std::mem::replace(&mut rest_buffers, next_buffers),
+                        }),
+                    ));
+                }
+                out
+            }
+        }
+    }
+
+    // --------------------------------------------------------------------------------------
+    // Read path
+    // --------------------------------------------------------------------------------------
+
+    /// Value of `key`: the leaf's entry with every pending ancestor message for the key applied
+    /// in MSN order.
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut msgs = Vec::new();
+        let mut id = self.root;
+        loop {
+            match self.store.get(id)? {
+                Node::Internal(n) => {
+                    let i = child_index(&n.pivots, key);
+                    let (Some(b), Some(&c)) = (n.buffers.get(i), n.children.get(i)) else {
+                        return Err(corrupt(format!("node {id}"), "pivot/child count mismatch"));
+                    };
+                    b.collect_for_key(key, &mut msgs);
+                    id = c;
+                }
+                Node::Leaf(l) => {
+                    let bi = child_index(&l.pivots, key);
+                    let Some(b) = l.basements.get(bi) else {
+                        return Err(corrupt(format!("node {id}"), "basement count mismatch"));
+                    };
+                    let mut v = b.get(key).cloned();
+                    let floor = b.max_msn;
+                    msgs.sort_by_key(Msg::msn);
+                    for m in msgs.iter().filter(|m| m.msn() > floor) {
+                        v = apply_msg_to_value(v, key, m);
+                    }
+                    return Ok(v);
+                }
+            }
+        }
+    }
+
+    /// Up to `limit` pairs in `[start, end)`, leaf by leaf and basement by basement, with pending
+    /// ancestor messages applied.
+    pub fn scan(&mut self, start: &[u8], end: Option<&[u8]>, limit: usize) -> Result<Vec<KeyValue>> {
+        let mut out = Vec::new();
+        if limit == 0 || end.is_some_and(|e| e <= start) {
+            return Ok(out);
+        }
+        let mut cursor = start.to_vec();
+        loop {
+            let mut msgs = Vec::new();
+            let mut hi: Option<Vec<u8>> = None;
+            let mut id = self.root;
+            loop {
+                match self.store.get(id)? {
+                    Node::Internal(n) => {
+                        let i = child_index(&n.pivots, &cursor);
+                        if let Some(p) = n.pivots.get(i) {
+                            hi = Some(p.clone());
+                        }
+                        let qhi = min_bound(hi.as_deref(), end);
+                        let (Some(b), Some(&c)) = (n.buffers.get(i), n.children.get(i)) else {
+                            return Err(corrupt(format!("node {id}"), "pivot/child count mismatch"));
+                        };
+                        b.collect_for_range(Some(&cursor), qhi, &mut msgs);
+                        id = c;
+                    }
+                    Node::Leaf(_) => break,
+                }
+            }
+            msgs.sort_by_key(Msg::msn);
+            let qhi = min_bound(hi.as_deref(), end).map(<[u8]>::to_vec);
+            let Node::Leaf(leaf) = self.store.get(id)? else {
+                return Err(corrupt(format!("node {id}"), "expected a leaf"));
+            };
+            let first = child_index(&leaf.pivots, &cursor);
+            for bi in first..leaf.basements.len() {
+                let (blo, bhi) = child_bounds(&leaf.pivots, bi, None, None);
+                let lo: &[u8] = match blo {
+                    Some(b) if b > cursor.as_slice() => b,
+                    _ => &cursor,
+                };
+                let h = min_bound(bhi, qhi.as_deref());
+                if h.is_some_and(|h| lo >= h) {
+                    break;
+                }
+                let Some(b) = leaf.basements.get(bi) else { break };
+                let s = b.entries.partition_point(|(k, _)| k.as_slice() < lo);
+                let e = h.map_or(b.entries.len(), |h| b.entries.partition_point(|(k, _)| k.as_slice() < h));
+                let mut entries = b.entries.get(s..e.max(s)).map(<[_]>::to_vec).unwrap_or_default();
+                for m in msgs.iter().filter(|m| m.msn() > b.max_msn) {
+                    apply_to_entries(&mut entries, m, Some(lo), h);
+                }
+                out.extend(entries);
+                if out.len() >= limit {
+                    out.truncate(limit);
+                    return Ok(out);
+                }
+            }
+            self.store.evict_to_budget(self.root)?;
+            match qhi {
+                None => return Ok(out),
+                Some(h) => {
+                    if end.is_some_and(|e| h.as_slice() >= e) {
+                        return Ok(out);
+                    }
+                    cursor = h;
+                }
+            }
+        }
+    }
+
+    // --------------------------------------------------------------------------------------
+    // Checkpoint, bulk load
+    // --------------------------------------------------------------------------------------
+
+    /// Writes every dirty node, then commits the BTT, metadata and header.
+    pub fn checkpoint(&mut self) -> Result<()> {
+        self.store.write_dirty()?;
+        self.store.commit(self.root, self.next_msn, self.next_node_id, self.meta.clone())
+    }
+
+    /// Builds a fresh tree bottom-up from sorted `pairs` (leaves filled to 7/8 of the node size,
+    /// PerconaFT's loader), then switches to it and checkpoints. On error before the switch the
+    /// old tree is untouched and the new blocks are released.
+    pub fn replace_all(
+        &mut self,
+        pairs: &mut dyn Iterator<Item = Result<KeyValue>>,
+        meta: &[u8],
+    ) -> Result<()> {
+        let old_ids: HashSet<NodeId> = self.store.btt_ids().chain(self.store.cached_ids()).collect();
+        let mut new_ids = Vec::new();
+        match self.build(pairs, &mut new_ids) {
+            Ok(root) => {
+                for id in old_ids {
+                    self.store.delete(id);
+                }
+                self.root = root;
+                self.meta = Some(meta.to_vec());
+                self.checkpoint()
+            }
+            Err(e) => {
+                for id in new_ids {
+                    self.store.delete(id);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn build(&mut self, pairs: &mut dyn Iterator<Item = Result<KeyValue>>, ids: &mut Vec<NodeId>) -> Result<NodeId> {
+        let p = self.params;
+        let fill = p.node_size_bytes * 7 / 8;
+        let mut level: Vec<(Vec<u8>, NodeId)> = Vec::new();
+        let mut cur: Vec<KeyValue> = Vec::new();
+        let mut cur_bytes = 0usize;
+        let mut last: Option<Vec<u8>> = None;
+        for pair in pairs {
+            let (k, v) = pair?;
+            if last.as_ref().is_some_and(|l| *l >= k) {
+                return Err(EngineError::InvalidArgument("replace_all pairs not strictly ascending".into()));
+            }
+            last = Some(k.clone());
+            cur_bytes += k.len() + v.len() + super::node::ENTRY_OVERHEAD_BYTES;
+            cur.push((k, v));
+            if cur_bytes >= fill {
+                self.emit_leaf(std::mem::take(&mut cur), &mut level, ids)?;
+                cur_bytes = 0;
+            }
+        }
+        if !cur.is_empty() || level.is_empty() {
+            self.emit_leaf(cur, &mut level, ids)?;
+        }
+        let mut height = 1;
+        while level.len() > 1 {
+            let mut next = Vec::new();
+            let per = p.fanout.max(2);
+            for group in level.chunks(per) {
+                let first_key = group.first().map(|g| g.0.clone()).unwrap_or_default();
+                let node = Node::Internal(Internal {
+                    height,
+                    pivots: group.iter().skip(1).map(|g| g.0.clone()).collect(),
+                    children: group.iter().map(|g| g.1).collect(),
+                    buffers: vec![Buffer::new(); group.len()],
+                });
+                let id = self.alloc_id();
+                ids.push(id);
+                self.store.write_uncached(id, &node)?;
+                next.push((first_key, id));
+            }
+            level = next;
+            height += 1;
+        }
+        level.first().map(|l| l.1).ok_or_else(|| corrupt("bulk load", "no root built"))
+    }
+
+    fn emit_leaf(&mut self, entries: Vec<KeyValue>, level: &mut Vec<(Vec<u8>, NodeId)>, ids: &mut Vec<NodeId>) -> Result<()> {
+        let first_key = entries.first().map(|e| e.0.clone()).unwrap_or_default();
+        let leaf = Node::Leaf(Leaf::from_entries(entries, 0, self.params.basement_size_bytes));
+        let id = self.alloc_id();
+        ids.push(id);
+        self.store.write_uncached(id, &leaf)?;
+        level.push((first_key, id));
+        Ok(())
+    }
+
+    // --------------------------------------------------------------------------------------
+    // Integrity
+    // --------------------------------------------------------------------------------------
+
+    /// Walks every node: pivots sorted and inside their parent's bounds, keys inside pivot
+    /// bounds and sorted, buffer messages in MSN order and inside their child's range, stored
+    /// sizes equal recomputed ones, all leaves at one depth, reachable nodes == nodes with a
+    /// block or a cache entry, no overlapping blocks. Then counts live keys with a full scan.
+    pub fn check_integrity(&mut self) -> Result<IntegrityReport> {
+        let mut reachable = HashSet::new();
+        let root = self.root;
+        let root_height = self.check_node(root, None, None, None, &mut reachable)?;
+        let known: HashSet<NodeId> = self.store.btt_ids().chain(self.store.cached_ids()).collect();
+        if reachable != known {
+            let mut leaked: Vec<_> = known.difference(&reachable).copied().collect();
+            let mut missing: Vec<_> = reachable.difference(&known).copied().collect();
+            leaked.sort_unstable();
+            missing.sort_unstable();
+            return Err(corrupt(
+                format!("{} BTT", self.store.path().display()),
+                format!("unreachable nodes {leaked:?}, nodes without block {missing:?}"),
+            ));
+        }
+        self.store
+            .check_space()
+            .map_err(|d| corrupt(format!("{} block map", self.store.path().display()), d))?;
+        let mut keys = 0u64;
+        let mut cursor: Vec<u8> = Vec::new();
+        loop {
+            let chunk = self.scan(&cursor, None, 4096)?;
+            keys += chunk.len() as u64;
+            match chunk.last() {
+                Some((k, _)) if chunk.len() == 4096 => {
+                    cursor = k.clone();
+                    cursor.push(0);
+                }
+                _ => break,
+            }
+        }
+        Ok(IntegrityReport { keys, blocks: reachable.len() as u64, height: root_height + 1 })
+    }
+
+    fn check_node(
+        &mut self,
+        id: NodeId,
+        lo: Option<Vec<u8>>,
+        hi: Option<Vec<u8>>,
+        expect_height: Option<u32>,
+        reachable: &mut HashSet<NodeId>,
+    ) -> Result<u32> {
+        let loc = format!("{} node {id}", self.store.path().display());
+        if !reachable.insert(id) {
+            return Err(corrupt(loc, "node reachable twice"));
+        }
+        let node = self.store.get(id)?.clone();
+        self.store.evict_to_budget(self.root)?;
+        let next_msn = self.next_msn;
+        let height = node.height();
+        if expect_height.is_some_and(|h| h != height) {
+            return Err(corrupt(loc, format!("height {height}, expected {expect_height:?}")));
+        }
+        let bad = |d: String| corrupt(loc.clone(), d);
+        let check_pivots = |pivots: &[Vec<u8>], parts: usize| -> std::result::Result<(), String> {
+            if parts != pivots.len() + 1 || parts == 0 {
+                return Err(format!("{} pivots for {parts} parts", pivots.len()));
+            }
+            for w in pivots.windows(2) {
+                if w[0] >= w[1] {
+                    return Err("pivots not strictly increasing".into());
+                }
+            }
+            for p in pivots {
+                if lo.as_ref().is_some_and(|l| p <= l) || hi.as_ref().is_some_and(|h| p >= h) {
+                    return Err(format!("pivot {p:?} outside node bounds [{lo:?}, {hi:?})"));
+                }
+            }
+            Ok(())
+        };
+        match node {
+            Node::Leaf(l) => {
+                check_pivots(&l.pivots, l.basements.len()).map_err(&bad)?;
+                for (bi, b) in l.basements.iter().enumerate() {
+                    let (blo, bhi) = child_bounds(&l.pivots, bi, lo.as_deref(), hi.as_deref());
+                    for w in b.entries.windows(2) {
+                        if w[0].0 >= w[1].0 {
+                            return Err(bad(format!("basement {bi}: keys not strictly increasing")));
+                        }
+                    }
+                    for (k, _) in &b.entries {
+                        if blo.is_some_and(|x| k.as_slice() < x) || bhi.is_some_and(|x| k.as_slice() >= x) {
+                            return Err(bad(format!("basement {bi}: key {k:?} outside [{blo:?}, {bhi:?})")));
+                        }
+                    }
+                    let data: usize = b.entries.iter().map(|(k, v)| k.len() + v.len()).sum();
+                    if data != b.data_bytes {
+                        return Err(bad(format!("basement {bi}: size {} != recomputed {data}", b.data_bytes)));
+                    }
+                    if b.max_msn >= next_msn {
+                        return Err(bad(format!("basement {bi}: MSN {} from the future", b.max_msn)));
+                    }
+                }
+                Ok(0)
+            }
+            Node::Internal(n) => {
+                check_pivots(&n.pivots, n.children.len()).map_err(&bad)?;
+                if n.buffers.len() != n.children.len() || height == 0 {
+                    return Err(bad(format!("{} buffers, {} children, height {height}", n.buffers.len(), n.children.len())));
+                }
+                for (i, b) in n.buffers.iter().enumerate() {
+                    let (clo, chi) = child_bounds(&n.pivots, i, lo.as_deref(), hi.as_deref());
+                    check_buffer(b, clo, chi, next_msn).map_err(|d| bad(format!("buffer {i}: {d}")))?;
+                }
+                for (i, &c) in n.children.iter().enumerate() {
+                    let (clo, chi) = child_bounds(&n.pivots, i, lo.as_deref(), hi.as_deref());
+                    let (clo, chi) = (clo.map(<[u8]>::to_vec), chi.map(<[u8]>::to_vec));
+                    self.check_node(c, clo, chi, Some(height - 1), reachable)?;
+                }
+                Ok(height)
+            }
+        }
+    }
+}
+
+fn check_buffer(b: &Buffer, lo: Option<&[u8]>, hi: Option<&[u8]>, next_msn: Msn) -> std::result::Result<(), String> {
+    let (bytes, deletes, count) = b.recompute();
+    if (bytes, deletes, count) != b.counters() {
+        return Err(format!("counters {:?} != recomputed {:?}", b.counters(), (bytes, deletes, count)));
+    }
+    for (k, list) in b.point_lists() {
+        if lo.is_some_and(|x| k.as_slice() < x) || hi.is_some_and(|x| k.as_slice() >= x) {
+            return Err(format!("message key {k:?} outside child range"));
+        }
+        if list.is_empty() {
+            return Err(format!("empty message list for {k:?}"));
+        }
+        for w in list.windows(2) {
+            if w[0].0 >= w[1].0 {
+                return Err(format!("messages of {k:?} not in MSN order"));
+            }
+        }
+        if list.iter().any(|(m, _)| *m >= next_msn || *m == 0) {
+            return Err(format!("message of {k:?} with MSN out of range"));
+        }
+    }
+    for w in b.range_msgs().windows(2) {
+        if w[0].msn >= w[1].msn {
+            return Err("range messages not in MSN order".into());
+        }
+    }
+    for r in b.range_msgs() {
+        if !r.overlaps(lo, hi) {
+            return Err(format!("range message {} does not overlap its child", r.msn));
+        }
+        if r.msn >= next_msn || r.msn == 0 {
+            return Err(format!("range message MSN {} out of range", r.msn));
+        }
+    }
+    Ok(())
+}
+
+fn min_bound<'a>(a: Option<&'a [u8]>, b: Option<&'a [u8]>) -> Option<&'a [u8]> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (Some(x), None) => Some(x),
+        (None, y) => y,
+    }
+}

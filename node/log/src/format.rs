@@ -1,0 +1,269 @@
+//! On-disk format of log segments: pure encode/decode, no I/O. Byte-by-byte description in
+//! `node/log/FORMAT.md`. Layout after PerconaFT `ft/logger/` records (`len | type | LSN | payload |
+//! checksum`), all integers fixed-width little-endian, every header and record checksummed (crc32c).
+
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+
+use crate::limits::{MAX_META_KEY_BYTES, MAX_RECORD_PAYLOAD_BYTES};
+
+/// Magic bytes at offset 0 of every segment file.
+pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"FTKVSEG\0";
+/// Segment format version this code writes and reads.
+pub(crate) const FORMAT_VERSION: u32 = 1;
+/// Segment header size in bytes: magic 8 | version u32 | seq u64 | reserved u64 | crc32c u32.
+pub(crate) const SEGMENT_HEADER_BYTES: u64 = 32;
+/// Record framing before the payload: len u32 | type u8 | index u64.
+pub(crate) const RECORD_HEAD_BYTES: usize = 13;
+/// Record framing after the payload: crc32c u32.
+pub(crate) const RECORD_TAIL_BYTES: usize = 4;
+/// Framing bytes per record (head + tail).
+pub(crate) const RECORD_OVERHEAD_BYTES: usize = RECORD_HEAD_BYTES + RECORD_TAIL_BYTES;
+
+/// File-name suffix of segment files.
+const SEGMENT_SUFFIX: &str = ".seg";
+/// Digits in a segment file name (zero-padded sequence number).
+const SEGMENT_NAME_DIGITS: usize = 20;
+
+/// Record type byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum RecordType {
+    /// A log entry: `index` is its log index, payload the caller's bytes.
+    Entry = 1,
+    /// A named value: `index` 0, payload `key_len u16 | key | value`.
+    Meta = 2,
+    /// Truncate marker: every entry with index >= `index` is removed.
+    Truncate = 3,
+    /// Purge marker: every entry with index <= `index` is forgotten.
+    Purge = 4,
+}
+
+impl RecordType {
+    fn from_byte(b: u8) -> Option<RecordType> {
+        match b {
+            1 => Some(RecordType::Entry),
+            2 => Some(RecordType::Meta),
+            3 => Some(RecordType::Truncate),
+            4 => Some(RecordType::Purge),
+            _ => None,
+        }
+    }
+}
+
+/// A decoded record. `payload` borrows the scanned buffer (zero-copy through `Bytes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub(crate) kind: RecordType,
+    pub(crate) index: u64,
+    pub(crate) payload: Bytes,
+}
+
+/// Why bytes at an offset are not a valid record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DecodeError {
+    /// The buffer ends inside the record (torn write or truncated file).
+    Incomplete { needed_bytes: usize, available_bytes: usize },
+    /// Unknown type byte.
+    BadType(u8),
+    /// Length field above the record size limit.
+    TooLarge(u64),
+    /// Stored and computed crc32c differ.
+    BadChecksum { stored: u32, computed: u32 },
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeError::Incomplete { needed_bytes, available_bytes } => {
+                write!(f, "record incomplete: needs {needed_bytes} bytes, {available_bytes} present")
+            }
+            DecodeError::BadType(t) => write!(f, "unknown record type {t}"),
+            DecodeError::TooLarge(n) => write!(f, "record length {n} above limit {MAX_RECORD_PAYLOAD_BYTES}"),
+            DecodeError::BadChecksum { stored, computed } => {
+                write!(f, "crc32c mismatch: stored {stored:#010x}, computed {computed:#010x}")
+            }
+        }
+    }
+}
+
+/// Path of segment `seq` inside `dir`: `<seq as 20 digits>.seg`.
+pub(crate) fn segment_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(format!("{seq:0width$}{SEGMENT_SUFFIX}", width = SEGMENT_NAME_DIGITS))
+}
+
+/// The sequence number of a segment file name, or None for other files.
+pub(crate) fn parse_segment_name(path: &Path) -> Option<u64> {
+    let name = path.file_name()?.to_str()?;
+    let digits = name.strip_suffix(SEGMENT_SUFFIX)?;
+    if digits.len() != SEGMENT_NAME_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Encodes the 32-byte header of segment `seq`.
+pub(crate) fn encode_segment_header(seq: u64, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&SEGMENT_MAGIC);
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&0u64.to_le_bytes());
+    let crc = crc32c::crc32c(&out[start..]);
+    out.extend_from_slice(&crc.to_le_bytes());
+    debug_assert_eq!(out.len() - start, SEGMENT_HEADER_BYTES as usize);
+}
+
+/// Checks a segment header; returns a description of the problem if invalid.
+pub(crate) fn check_segment_header(buf: &[u8], expected_seq: u64) -> Result<(), String> {
+    let Some(head) = buf.get(..SEGMENT_HEADER_BYTES as usize) else {
+        return Err(format!("segment header incomplete: {} of {SEGMENT_HEADER_BYTES} bytes", buf.len()));
+    };
+    let stored = u32_at(head, 28);
+    let computed = crc32c::crc32c(&head[..28]);
+    if stored != computed {
+        return Err(format!("segment header crc32c mismatch: stored {stored:#010x}, computed {computed:#010x}"));
+    }
+    if head[..8] != SEGMENT_MAGIC {
+        return Err("bad segment magic".to_string());
+    }
+    let version = u32_at(head, 8);
+    if version != FORMAT_VERSION {
+        return Err(format!("unsupported segment format version {version} (this build reads {FORMAT_VERSION})"));
+    }
+    let seq = u64_at(head, 12);
+    if seq != expected_seq {
+        return Err(format!("header names segment {seq} but the file name says {expected_seq}"));
+    }
+    Ok(())
+}
+
+/// Appends one encoded record to `out`; returns its encoded size in bytes.
+/// The caller has checked `payload.len() <= MAX_RECORD_PAYLOAD_BYTES`.
+pub(crate) fn encode_record(kind: RecordType, index: u64, payload: &[u8], out: &mut Vec<u8>) -> usize {
+    debug_assert!(payload.len() <= MAX_RECORD_PAYLOAD_BYTES);
+    let start = out.len();
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.push(kind as u8);
+    out.extend_from_slice(&index.to_le_bytes());
+    out.extend_from_slice(payload);
+    let crc = crc32c::crc32c(&out[start..]);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.len() - start
+}
+
+/// Encodes a meta payload `key_len u16 | key | value`. The caller has checked the key length.
+pub(crate) fn encode_meta_payload(key: &str, value: &[u8]) -> Vec<u8> {
+    debug_assert!(key.len() <= MAX_META_KEY_BYTES);
+    let mut p = Vec::with_capacity(2 + key.len() + value.len());
+    p.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    p.extend_from_slice(key.as_bytes());
+    p.extend_from_slice(value);
+    p
+}
+
+/// Splits a meta payload into key and value; None if malformed.
+pub(crate) fn decode_meta_payload(payload: &Bytes) -> Option<(String, Bytes)> {
+    let len_bytes = payload.get(..2)?;
+    let key_len = u16::from_le_bytes([len_bytes[0], len_bytes[1]]) as usize;
+    let key = payload.get(2..2 + key_len)?;
+    let key = std::str::from_utf8(key).ok()?.to_string();
+    Some((key, payload.slice(2 + key_len..)))
+}
+
+/// Decodes the record starting at `buf[0]`. Returns the record and its encoded size in bytes.
+pub(crate) fn decode_record(buf: &Bytes) -> Result<(Record, usize), DecodeError> {
+    let Some(head) = buf.get(..RECORD_HEAD_BYTES) else {
+        return Err(DecodeError::Incomplete { needed_bytes: RECORD_HEAD_BYTES, available_bytes: buf.len() });
+    };
+    let len = u32_at(head, 0) as usize;
+    let type_byte = head[4];
+    let index = u64_at(head, 5);
+    let kind = RecordType::from_byte(type_byte).ok_or(DecodeError::BadType(type_byte))?;
+    if len > MAX_RECORD_PAYLOAD_BYTES {
+        return Err(DecodeError::TooLarge(len as u64));
+    }
+    let total = RECORD_OVERHEAD_BYTES + len;
+    let Some(whole) = buf.get(..total) else {
+        return Err(DecodeError::Incomplete { needed_bytes: total, available_bytes: buf.len() });
+    };
+    let stored = u32_at(whole, RECORD_HEAD_BYTES + len);
+    let computed = crc32c::crc32c(&whole[..RECORD_HEAD_BYTES + len]);
+    if stored != computed {
+        return Err(DecodeError::BadChecksum { stored, computed });
+    }
+    let payload = buf.slice(RECORD_HEAD_BYTES..RECORD_HEAD_BYTES + len);
+    Ok((Record { kind, index, payload }, total))
+}
+
+fn u32_at(buf: &[u8], at: usize) -> u32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&buf[at..at + 4]);
+    u32::from_le_bytes(b)
+}
+
+fn u64_at(buf: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&buf[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn record_round_trip_and_every_bit_flip_is_caught() {
+        let mut buf = Vec::new();
+        let n = encode_record(RecordType::Entry, 42, b"hello", &mut buf);
+        assert_eq!(n, RECORD_OVERHEAD_BYTES + 5);
+        let bytes = Bytes::from(buf.clone());
+        let (rec, used) = decode_record(&bytes).unwrap();
+        assert_eq!(used, n);
+        assert_eq!(rec, Record { kind: RecordType::Entry, index: 42, payload: Bytes::from_static(b"hello") });
+        for bit in 0..buf.len() * 8 {
+            let mut bad = buf.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(decode_record(&Bytes::from(bad)).is_err(), "flip of bit {bit} not detected");
+        }
+        for cut in 0..buf.len() {
+            let torn = Bytes::from(buf[..cut].to_vec());
+            assert!(matches!(decode_record(&torn), Err(DecodeError::Incomplete { .. })));
+        }
+    }
+
+    #[test]
+    fn zeroed_bytes_are_not_a_record() {
+        assert!(decode_record(&Bytes::from(vec![0u8; 64])).is_err());
+    }
+
+    #[test]
+    fn header_round_trip_and_checks() {
+        let mut h = Vec::new();
+        encode_segment_header(7, &mut h);
+        assert!(check_segment_header(&h, 7).is_ok());
+        assert!(check_segment_header(&h, 8).unwrap_err().contains("file name"));
+        assert!(check_segment_header(&h[..10], 7).is_err());
+        let mut bad = h.clone();
+        bad[12] ^= 1;
+        assert!(check_segment_header(&bad, 7).unwrap_err().contains("crc32c"));
+    }
+
+    #[test]
+    fn segment_names() {
+        let p = segment_path(Path::new("/x/log"), 12);
+        assert_eq!(p, PathBuf::from("/x/log/00000000000000000012.seg"));
+        assert_eq!(parse_segment_name(&p), Some(12));
+        assert_eq!(parse_segment_name(Path::new("/x/log/12.seg")), None);
+        assert_eq!(parse_segment_name(Path::new("/x/log/00000000000000000012.tmp")), None);
+    }
+
+    #[test]
+    fn meta_payload_round_trip() {
+        let p = Bytes::from(encode_meta_payload("vote", b"abc"));
+        assert_eq!(decode_meta_payload(&p), Some(("vote".to_string(), Bytes::from_static(b"abc"))));
+        assert_eq!(decode_meta_payload(&Bytes::from_static(&[9, 0, b'a'])), None);
+    }
+}

@@ -1,0 +1,25 @@
+//! Every bound the log enforces, in one place (TigerBeetle TIGER_STYLE: "put a limit on everything").
+
+/// Largest payload of one record (an entry or a meta value plus its key), in bytes: 64 MiB.
+/// Larger appends fail with `LogError::Invalid` before anything is queued.
+pub const MAX_RECORD_PAYLOAD_BYTES: usize = 64 * 1024 * 1024;
+
+/// Longest meta key, in bytes (UTF-8).
+pub const MAX_META_KEY_BYTES: usize = 1024;
+
+/// Default segment size before the log rolls to a new file, in bytes: 64 MiB.
+pub const DEFAULT_SEGMENT_SIZE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Smallest accepted `segment_size_bytes` (1 KiB; tests use small segments to exercise rolling).
+pub const MIN_SEGMENT_SIZE_BYTES: u64 = 1024;
+
+/// Default bound on payload bytes of already-written entries kept in memory for reads: 64 MiB.
+/// Entries not yet written by the flusher are always kept (they are the write buffer).
+pub const DEFAULT_CACHE_SIZE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Smallest accepted periodic sync period, in milliseconds.
+pub const MIN_SYNC_PERIOD_MS: u64 = 1;
+
+const _: () = assert!(MAX_RECORD_PAYLOAD_BYTES <= u32::MAX as usize, "record length must fit its u32 field");
+const _: () = assert!(MAX_META_KEY_BYTES <= u16::MAX as usize, "meta key length must fit its u16 field");
+const _: () = assert!(MIN_SEGMENT_SIZE_BYTES <= DEFAULT_SEGMENT_SIZE_BYTES);

@@ -1,0 +1,208 @@
+//! Client side of the peer network: openraft `RaftNetworkFactory` / `RaftNetwork` over gRPC
+//! `ftkv.raft.v1.Raft`.
+//!
+//! One lazily connected tonic `Channel` per peer address, cached and shared by every Raft
+//! replication stream to that peer; message limits raised to `peer_max_message_bytes`. Each RPC
+//! carries the postcard-encoded openraft request; the response carries the openraft response or,
+//! with `is_error`, the serialized `RaftError`. gRPC `Unavailable` maps to `Unreachable` (openraft
+//! backs off), other failures to `NetworkError`. Snapshots go through openraft's chunked transport
+//! (`install_snapshot`, `snapshot_max_chunk_size` per chunk).
+
+use std::collections::HashMap;
+use std::error::Error;
+use std::sync::Arc;
+
+use ftkv_proto::raft::v1::raft_client::RaftClient;
+use ftkv_proto::raft::v1::{NodeInfo, NodeInfoRequest, RaftMessage};
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tonic::transport::{Channel, Endpoint};
+
+use super::types::{NodeId, TypeConfig};
+use super::NodeAddr;
+
+/// A peer-network failure that is not an openraft error (for `GetNodeInfo`).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PeerCallError(pub String);
+
+/// Shared cache of peer channels, keyed by peer address.
+#[derive(Clone, Default)]
+pub struct Channels {
+    inner: Arc<Mutex<HashMap<String, Channel>>>,
+}
+
+impl Channels {
+    /// The cached channel to `peer_addr` (`host:port`), created lazily (no connection attempt
+    /// until the first call).
+    pub fn get(&self, peer_addr: &str) -> Result<Channel, PeerCallError> {
+        let mut map = self.inner.lock();
+        if let Some(ch) = map.get(peer_addr) {
+            return Ok(ch.clone());
+        }
+        let uri = if peer_addr.contains("://") {
+            peer_addr.to_string()
+        } else {
+            format!("http://{peer_addr}")
+        };
+        let endpoint = Endpoint::from_shared(uri)
+            .map_err(|e| PeerCallError(format!("bad peer address {peer_addr:?}: {e}")))?
+            .connect_timeout(std::time::Duration::from_secs(2))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(std::time::Duration::from_secs(10))
+            .keep_alive_while_idle(true);
+        let channel = endpoint.connect_lazy();
+        map.insert(peer_addr.to_string(), channel.clone());
+        Ok(channel)
+    }
+
+    /// A gRPC client to `peer_addr` with raised message limits.
+    pub fn client(
+        &self,
+        peer_addr: &str,
+        max_message_bytes: usize,
+    ) -> Result<RaftClient<Channel>, PeerCallError> {
+        Ok(RaftClient::new(self.get(peer_addr)?)
+            .max_decoding_message_size(max_message_bytes)
+            .max_encoding_message_size(max_message_bytes))
+    }
+}
+
+/// Asks the node at `peer_addr` who it is (`GetNodeInfo`).
+pub async fn get_node_info(
+    channels: &Channels,
+    peer_addr: &str,
+    max_message_bytes: usize,
+    timeout: std::time::Duration,
+) -> Result<NodeInfo, PeerCallError> {
+    let mut client = channels.client(peer_addr, max_message_bytes)?;
+    let mut req = tonic::Request::new(NodeInfoRequest {});
+    req.set_timeout(timeout);
+    client
+        .get_node_info(req)
+        .await
+        .map(|r| r.into_inner())
+        .map_err(|s| PeerCallError(s.to_string()))
+}
+
+/// Creates one [`PeerNetwork`] per replication target, sharing [`Channels`].
+#[derive(Clone)]
+pub struct NetworkFactory {
+    /// This node's id (sent as `from`).
+    pub node_id: NodeId,
+    /// Channel cache.
+    pub channels: Channels,
+    /// Peer message limit in bytes.
+    pub max_message_bytes: usize,
+}
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = PeerNetwork;
+
+    async fn new_client(&mut self, target: NodeId, node: &NodeAddr) -> PeerNetwork {
+        let client = self.channels.client(&node.peer, self.max_message_bytes);
+        PeerNetwork {
+            from: self.node_id,
+            target,
+            addr: node.clone(),
+            client,
+        }
+    }
+}
+
+/// Connection to one peer, used by one openraft replication stream.
+pub struct PeerNetwork {
+    from: NodeId,
+    target: NodeId,
+    addr: NodeAddr,
+    client: Result<RaftClient<Channel>, PeerCallError>,
+}
+
+#[derive(Clone, Copy)]
+enum Rpc {
+    AppendEntries,
+    Vote,
+    InstallSnapshot,
+}
+
+type RpcResult<T, E> = Result<T, RPCError<NodeId, NodeAddr, RaftError<NodeId, E>>>;
+
+impl PeerNetwork {
+    async fn call<Req, Resp, E>(&mut self, rpc: Rpc, req: &Req, option: &RPCOption) -> RpcResult<Resp, E>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: Error + DeserializeOwned,
+    {
+        let client = match &mut self.client {
+            Ok(c) => c,
+            Err(e) => {
+                return Err(RPCError::Unreachable(Unreachable::new(&PeerCallError(
+                    e.0.clone(),
+                ))))
+            }
+        };
+        let payload = postcard::to_stdvec(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let mut request = tonic::Request::new(RaftMessage {
+            payload,
+            from: self.from,
+            is_error: false,
+        });
+        request.set_timeout(option.hard_ttl());
+        let response = match rpc {
+            Rpc::AppendEntries => client.append_entries(request).await,
+            Rpc::Vote => client.vote(request).await,
+            Rpc::InstallSnapshot => client.install_snapshot(request).await,
+        };
+        let msg = match response {
+            Ok(r) => r.into_inner(),
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                return Err(RPCError::Unreachable(Unreachable::new(&status)));
+            }
+            Err(status) => return Err(RPCError::Network(NetworkError::new(&status))),
+        };
+        if msg.is_error {
+            let err: RaftError<NodeId, E> =
+                postcard::from_bytes(&msg.payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+            return Err(RPCError::RemoteError(RemoteError::new_with_node(
+                self.target,
+                self.addr.clone(),
+                err,
+            )));
+        }
+        postcard::from_bytes(&msg.payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerNetwork {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
+        self.call(Rpc::AppendEntries, &rpc, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
+        self.call(Rpc::InstallSnapshot, &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
+        self.call(Rpc::Vote, &rpc, &option).await
+    }
+}

@@ -1,0 +1,442 @@
+//! Tests of the cluster layer: openraft's storage conformance suite against the real log store
+//! and state machine (acceptance 5), and in-process three-node clusters over loopback gRPC
+//! (batched writes, linearizable reads, failover, exactly-once, snapshot catch-up).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ftkv_engine::model::ModelEngine;
+use ftkv_engine::sled_engine::SledEngine;
+use ftkv_engine::{Engine, EngineOptions, UpsertOp, WriteOp};
+use openraft::testing::{StoreBuilder, Suite};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use super::command::upsert;
+use super::log_store::LogStore;
+use super::state_machine::StateMachine;
+use super::types::{StorageError, TypeConfig};
+use super::*;
+
+// ---------------------------------------------------------------- storage conformance suite
+
+struct SuiteBuilder {
+    sled: bool,
+}
+
+impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for SuiteBuilder {
+    async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError> {
+        let dir = tempfile::tempdir().map_err(|e| types::write_error(openraft::ErrorSubject::Store, e))?;
+        let opts = ftkv_log::LogOptions {
+            segment_size_bytes: 1 << 20,
+            sync: ftkv_log::SyncMode::Always,
+        };
+        let log = ftkv_log::Log::open(Arc::new(ftkv_vfs::RealVfs), &dir.path().join("log"), opts)
+            .map_err(|e| types::write_error(openraft::ErrorSubject::Store, e))?;
+        let log_store = LogStore::new(log, 1 << 20)?;
+        let engine: Arc<dyn Engine> = if self.sled {
+            Arc::new(
+                SledEngine::open(&EngineOptions {
+                    dir: dir.path().join("engine"),
+                    cache_size_bytes: 16 << 20,
+                    compression_level: None,
+                })
+                .map_err(|e| types::write_error(openraft::ErrorSubject::Store, e))?,
+            )
+        } else {
+            Arc::new(ModelEngine::new())
+        };
+        let sm = StateMachine::open(engine, &dir.path().join("snapshots"))?;
+        Ok((dir, log_store, sm))
+    }
+}
+
+#[test]
+fn openraft_storage_suite_model_engine() {
+    Suite::test_all(SuiteBuilder { sled: false }).unwrap();
+}
+
+#[test]
+fn openraft_storage_suite_sled_engine() {
+    Suite::test_all(SuiteBuilder { sled: true }).unwrap();
+}
+
+// ---------------------------------------------------------------- in-process clusters
+
+struct TestNode {
+    node: ClusterNode,
+    stop_server: Option<oneshot::Sender<()>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl TestNode {
+    async fn stop(mut self) {
+        self.node.shutdown().await.unwrap();
+        if let Some(tx) = self.stop_server.take() {
+            let _ = tx.send(());
+        }
+        let _ = self.server.await;
+    }
+}
+
+fn config(id: u64, dir: &Path, peer: &str, snapshot_every_entries: u64) -> ClusterConfig {
+    ClusterConfig {
+        node_id: id,
+        addr: NodeAddr {
+            client: format!("client-of-{id}:7379"),
+            peer: peer.to_string(),
+        },
+        data_dir: dir.to_path_buf(),
+        log_sync: ftkv_log::SyncMode::Always,
+        log_segment_size_bytes: 4 << 20,
+        ack: AckPolicy::Quorum,
+        ack_all_timeout_ms: 2_000,
+        heartbeat_interval_ms: 150,
+        election_timeout_min_ms: 1_000,
+        election_timeout_max_ms: 2_000,
+        snapshot_every_entries,
+        max_in_snapshot_log_to_keep: 0,
+        batch_max_ops: 1_000,
+        batch_max_bytes: 4 << 20,
+        batch_max_in_flight: 2,
+        peer_max_message_bytes: 64 << 20,
+        unsafe_local_reads: false,
+    }
+}
+
+async fn start_node(cfg: ClusterConfig, engine: Arc<dyn Engine>, listener: TcpListener) -> TestNode {
+    let node = ClusterNode::start(cfg, engine).await.unwrap();
+    let service = node.peer_service();
+    let (tx, rx) = oneshot::channel::<()>();
+    let incoming = futures::stream::unfold(listener, |l| async move {
+        Some((l.accept().await.map(|(s, _)| s), l))
+    });
+    let server = tokio::spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(incoming, async {
+                let _ = rx.await;
+            })
+            .await;
+    });
+    TestNode {
+        node,
+        stop_server: Some(tx),
+        server,
+    }
+}
+
+async fn listeners(n: usize) -> Vec<(TcpListener, String)> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        out.push((l, addr));
+    }
+    out
+}
+
+async fn wait_for_leader(nodes: &[&ClusterNode], timeout: Duration) -> u64 {
+    let deadline = Instant::now() + timeout;
+    loop {
+        for n in nodes {
+            let s = n.status();
+            if s.role == "leader" {
+                return s.node_id;
+            }
+        }
+        assert!(Instant::now() < deadline, "no leader within {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn counter(engine: &dyn Engine, key: &[u8]) -> i64 {
+    let v = engine.get(key).unwrap().expect("counter present");
+    i64::from_le_bytes(v.try_into().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_nodes_batched_writes_reads_failover_exactly_once() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let ls = listeners(3).await;
+    let peers: BTreeMap<u64, String> = ls
+        .iter()
+        .enumerate()
+        .map(|(i, (_, a))| (i as u64 + 1, a.clone()))
+        .collect();
+    let mut nodes = Vec::new();
+    for (i, (l, addr)) in ls.into_iter().enumerate() {
+        let id = i as u64 + 1;
+        let cfg = config(id, dirs[i].path(), &addr, 100_000);
+        nodes.push(Some(start_node(cfg, Arc::new(ModelEngine::new()), l).await));
+    }
+    let node = |i: usize, nodes: &Vec<Option<TestNode>>| nodes[i].as_ref().unwrap().node.clone();
+    node(0, &nodes).initialize(peers.clone(), 10_000).await.unwrap();
+    // Idempotent.
+    node(0, &nodes).initialize(peers.clone(), 10_000).await.unwrap();
+    let all: Vec<ClusterNode> = (0..3).map(|i| node(i, &nodes)).collect();
+    let leader_id = wait_for_leader(&all.iter().collect::<Vec<_>>(), Duration::from_secs(15)).await;
+    let leader = all[(leader_id - 1) as usize].clone();
+    assert_eq!(leader.members().len(), 3);
+    assert!(leader.members().iter().all(|m| m.is_voter));
+
+    // Many concurrent writers through the batcher.
+    let tasks = 128u64;
+    let per_task = 100u64;
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let leader = leader.clone();
+        handles.push(tokio::spawn(async move {
+            for i in 0..per_task {
+                let key = format!("k-{t:03}-{i:04}").into_bytes();
+                let cmd = Command::Write {
+                    session: Some(Session {
+                        client_id: t + 1,
+                        sequence: i + 1,
+                        first_incomplete: i + 1,
+                    }),
+                    ops: vec![
+                        WriteOp::Put {
+                            key,
+                            value: vec![b'v'; 32],
+                        },
+                        upsert(b"total".to_vec(), UpsertOp::Add(1)),
+                    ],
+                };
+                let (r, index) = leader.write(cmd).await.unwrap();
+                assert_eq!(r, CommandResult::Written);
+                assert!(index > 0);
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let elapsed = started.elapsed();
+    let writes = tasks * per_task;
+    let status = leader.status();
+    eprintln!(
+        "in-process 3-node: {writes} writes in {elapsed:?} = {:.0} writes/s, {:.1} ops/entry",
+        writes as f64 / elapsed.as_secs_f64(),
+        status.ops_per_entry
+    );
+    assert!(status.ops_per_entry >= 1.0);
+
+    // Linearizable read on the leader sees every acknowledged write.
+    let read_index = leader.read_barrier().await.unwrap();
+    assert!(read_index >= status.applied_index.min(read_index));
+    assert_eq!(
+        counter(leader.engine().as_ref(), b"total"),
+        (tasks * per_task) as i64
+    );
+    // Concurrent readers share rounds and all succeed.
+    let mut readers = Vec::new();
+    for _ in 0..32 {
+        let leader = leader.clone();
+        readers.push(tokio::spawn(async move { leader.read_barrier().await.unwrap() }));
+    }
+    for r in readers {
+        assert!(r.await.unwrap() >= read_index);
+    }
+
+    // Followers refuse writes and linearizable reads with the leader's client address.
+    let follower = all
+        .iter()
+        .find(|n| n.status().node_id != leader_id)
+        .unwrap()
+        .clone();
+    let err = follower
+        .write(Command::Write {
+            session: None,
+            ops: vec![],
+        })
+        .await
+        .unwrap_err();
+    match err {
+        ClusterError::NotLeader {
+            leader_id: Some(id),
+            leader_client_addr: Some(addr),
+        } => {
+            assert_eq!(id, leader_id);
+            assert_eq!(addr, format!("client-of-{leader_id}:7379"));
+        }
+        other => panic!("expected NotLeader, got {other:?}"),
+    }
+    assert!(matches!(
+        follower.read_barrier().await,
+        Err(ClusterError::NotLeader { .. })
+    ));
+
+    // Exactly-once: the same (client, sequence) Add submitted twice is applied once; a sequence
+    // below the acknowledged window is stale.
+    let add = |seq: u64, first: u64| Command::Write {
+        session: Some(Session {
+            client_id: 999,
+            sequence: seq,
+            first_incomplete: first,
+        }),
+        ops: vec![upsert(b"once".to_vec(), UpsertOp::Add(5))],
+    };
+    let (r1, i1) = leader.write(add(1, 1)).await.unwrap();
+    let (r2, i2) = leader.write(add(1, 1)).await.unwrap();
+    assert_eq!((r1, r2), (CommandResult::Written, CommandResult::Written));
+    assert!(i2 > i1);
+    leader.read_barrier().await.unwrap();
+    assert_eq!(counter(leader.engine().as_ref(), b"once"), 5);
+    leader.write(add(2, 2)).await.unwrap();
+    assert_eq!(
+        leader.write(add(1, 1)).await.unwrap().0,
+        CommandResult::StaleSequence
+    );
+    leader.read_barrier().await.unwrap();
+    assert_eq!(counter(leader.engine().as_ref(), b"once"), 10);
+
+    // Every follower applies the same state.
+    for n in &all {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while counter_opt(n.engine().as_ref(), b"once") != Some(10) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("follower caught up");
+        assert_eq!(counter(n.engine().as_ref(), b"total"), (tasks * per_task) as i64);
+    }
+
+    // Stop the leader: a new leader serves writes and still holds every acknowledged write.
+    nodes[(leader_id - 1) as usize].take().unwrap().stop().await;
+    assert!(matches!(
+        leader.write(add(3, 3)).await,
+        Err(ClusterError::Unavailable(_))
+    ));
+    let rest: Vec<ClusterNode> = all
+        .iter()
+        .filter(|n| n.status().node_id != leader_id)
+        .cloned()
+        .collect();
+    let new_leader_id = wait_for_leader(&rest.iter().collect::<Vec<_>>(), Duration::from_secs(20)).await;
+    assert_ne!(new_leader_id, leader_id);
+    let new_leader = rest
+        .iter()
+        .find(|n| n.status().node_id == new_leader_id)
+        .unwrap()
+        .clone();
+    let (r, _) = new_leader.write(add(3, 3)).await.unwrap();
+    assert_eq!(r, CommandResult::Written);
+    // The retried sequence 2 is still recognized on the new leader (sessions are replicated).
+    let retry = new_leader.write(add(3, 3)).await.unwrap().0;
+    assert_eq!(retry, CommandResult::Written);
+    new_leader.read_barrier().await.unwrap();
+    assert_eq!(counter(new_leader.engine().as_ref(), b"once"), 15);
+    assert_eq!(
+        counter(new_leader.engine().as_ref(), b"total"),
+        (tasks * per_task) as i64
+    );
+
+    for n in nodes.into_iter().flatten() {
+        n.stop().await;
+    }
+}
+
+fn counter_opt(engine: &dyn Engine, key: &[u8]) -> Option<i64> {
+    engine
+        .get(key)
+        .unwrap()
+        .and_then(|v| v.try_into().ok())
+        .map(i64::from_le_bytes)
+}
+
+fn sled(dir: &Path) -> Arc<dyn Engine> {
+    Arc::new(
+        SledEngine::open(&EngineOptions {
+            dir: dir.join("engine"),
+            cache_size_bytes: 16 << 20,
+            compression_level: None,
+        })
+        .unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn follower_behind_purge_point_catches_up_by_snapshot_and_restart_replays() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let ls = listeners(3).await;
+    let addrs: Vec<String> = ls.iter().map(|(_, a)| a.clone()).collect();
+    let peers: BTreeMap<u64, String> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (i as u64 + 1, a.clone()))
+        .collect();
+    let mut nodes: Vec<Option<TestNode>> = Vec::new();
+    for (i, (l, addr)) in ls.into_iter().enumerate() {
+        let cfg = config(i as u64 + 1, dirs[i].path(), &addr, 50);
+        nodes.push(Some(start_node(cfg, sled(dirs[i].path()), l).await));
+    }
+    nodes[0]
+        .as_ref()
+        .unwrap()
+        .node
+        .initialize(peers, 10_000)
+        .await
+        .unwrap();
+    let all: Vec<ClusterNode> = nodes.iter().map(|n| n.as_ref().unwrap().node.clone()).collect();
+    let leader_id = wait_for_leader(&all.iter().collect::<Vec<_>>(), Duration::from_secs(15)).await;
+    let leader = all[(leader_id - 1) as usize].clone();
+    // Only `nodes` may hold the follower's handle: its sled engine must close when it stops.
+    drop(all);
+
+    // Stop one follower, then write far past the purge point (snapshot every 50 entries, no
+    // log kept behind a snapshot).
+    let lagging = (0..3).find(|&i| i as u64 + 1 != leader_id).unwrap();
+    nodes[lagging].take().unwrap().stop().await;
+    for i in 0..400u64 {
+        let cmd = Command::Write {
+            session: None,
+            ops: vec![WriteOp::Put {
+                key: format!("s{i:05}").into_bytes(),
+                value: i.to_le_bytes().to_vec(),
+            }],
+        };
+        leader.write(cmd).await.unwrap();
+    }
+    // Wait until the leader has purged its log past the entries the follower lacks.
+    tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let purged = leader.inner.raft.metrics().borrow().purged.map_or(0, |l| l.index);
+            if purged > 100 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("leader purged its log");
+
+    // Restart the follower on its old data dir: it must get a snapshot.
+    let l = TcpListener::bind(&addrs[lagging]).await.unwrap();
+    let cfg = config(lagging as u64 + 1, dirs[lagging].path(), &addrs[lagging], 50);
+    let restarted = start_node(cfg, sled(dirs[lagging].path()), l).await;
+    let target = leader.status().applied_index;
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while restarted.node.status().applied_index < target {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("restarted follower caught up");
+    let engine = restarted.node.engine();
+    for i in [0u64, 199, 399] {
+        assert_eq!(
+            engine.get(format!("s{i:05}").as_bytes()).unwrap(),
+            Some(i.to_le_bytes().to_vec())
+        );
+    }
+    assert!(restarted.node.inner.raft.metrics().borrow().snapshot.is_some());
+    restarted.stop().await;
+    for n in nodes.into_iter().flatten() {
+        n.stop().await;
+    }
+}

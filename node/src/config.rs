@@ -1,0 +1,477 @@
+//! Node configuration: one typed struct, read from a TOML file, then overridden by environment
+//! variables (`FTKV_*`), then by command-line flags. Unknown keys are errors; sizes and
+//! durations use human units (`"64MiB"`, `"500ms"`). `ftkv-node --print-config` prints the
+//! merged result. A commented template lives in `deploy/ftkv.toml`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::AckPolicy;
+use crate::limits::Limits;
+
+/// Errors while building the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// File.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid (syntax, unknown key, bad unit).
+    #[error("invalid config file {path}: {message}")]
+    Parse {
+        /// File.
+        path: PathBuf,
+        /// The TOML parser's message (names the key and line).
+        message: String,
+    },
+    /// A value is out of range or inconsistent.
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+/// The whole node configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// This node's id (>= 1).
+    pub id: u64,
+    /// Data directory: `engine/`, `log/`, `snapshots/`, `LOCK`.
+    pub data_dir: PathBuf,
+    /// Address the client gRPC server binds (`ftkv.v1`).
+    pub listen_client: String,
+    /// Client address other nodes and clients are told (defaults to `listen_client`).
+    pub advertise_client: Option<String>,
+    /// Address the peer gRPC server binds (`ftkv.raft.v1`).
+    pub listen_peer: String,
+    /// Peer address other nodes are told (defaults to `listen_peer`).
+    pub advertise_peer: Option<String>,
+    /// Address of the status HTTP server (`/metrics`, `/livez`, `/readyz`); empty disables it.
+    pub listen_status: String,
+    /// Initial voters as `ID=PEER_HOST:PORT,...` (used only with `initial_cluster_state = "new"`
+    /// on an empty data dir).
+    pub initial_cluster: String,
+    /// `new`: the lowest id of `initial_cluster` initializes the cluster. `existing`: join an
+    /// existing cluster (wait to be added with `member add-learner`).
+    pub initial_cluster_state: ClusterState,
+    /// Storage engine.
+    pub engine: EngineConfig,
+    /// Raft log.
+    pub log: LogConfig,
+    /// Replication.
+    pub raft: RaftConfig,
+    /// Proposal batcher.
+    pub batch: BatchConfig,
+    /// Request limits.
+    pub limits: Limits,
+    /// Test-only switches that break guarantees on purpose (for the fault harness canaries).
+    pub testing: TestingConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            id: 1,
+            data_dir: PathBuf::from("ftkv-data"),
+            listen_client: "127.0.0.1:7379".into(),
+            advertise_client: None,
+            listen_peer: "127.0.0.1:7380".into(),
+            advertise_peer: None,
+            listen_status: "127.0.0.1:7381".into(),
+            initial_cluster: String::new(),
+            initial_cluster_state: ClusterState::New,
+            engine: EngineConfig::default(),
+            log: LogConfig::default(),
+            raft: RaftConfig::default(),
+            batch: BatchConfig::default(),
+            limits: Limits::default(),
+            testing: TestingConfig::default(),
+        }
+    }
+}
+
+/// `initial_cluster_state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ClusterState {
+    /// Bootstrap a new cluster from `initial_cluster`.
+    New,
+    /// Join an existing cluster.
+    Existing,
+}
+
+/// `[engine]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineConfig {
+    /// `"fractal"` (default) or `"sled"`.
+    pub kind: ftkv_engine::EngineKind,
+    /// Memory budget of the engine cache (TokuDB `tokudb_cache_size`).
+    pub cache_size: ByteSize,
+    /// Node compression: `"none"` or `{ zstd = LEVEL }`.
+    pub compression: Compression,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            kind: ftkv_engine::EngineKind::Fractal,
+            cache_size: ByteSize::mib(256),
+            compression: Compression::default(),
+        }
+    }
+}
+
+/// Node compression setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Compression {
+    /// `"none"`.
+    None(NoneTag),
+    /// `{ zstd = LEVEL }` (1..=22).
+    Zstd {
+        /// zstd level.
+        zstd: i32,
+    },
+}
+
+/// The literal `"none"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NoneTag {
+    /// No compression.
+    None,
+}
+
+impl Default for Compression {
+    fn default() -> Self {
+        Compression::Zstd { zstd: 1 }
+    }
+}
+
+impl Compression {
+    /// zstd level, or `None` for no compression.
+    pub fn zstd_level(self) -> Option<i32> {
+        match self {
+            Compression::None(_) => None,
+            Compression::Zstd { zstd } => Some(zstd),
+        }
+    }
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `"always"` (fdatasync before acknowledging; default) or `{ period_ms = N }` (sync every
+    /// N ms: an acknowledged write can be lost if a majority of nodes lose power together).
+    pub sync: LogSync,
+    /// Segment file size.
+    pub segment_size: ByteSize,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            sync: LogSync::Always(AlwaysTag::Always),
+            segment_size: ByteSize::mib(64),
+        }
+    }
+}
+
+/// `log.sync`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum LogSync {
+    /// `"always"`.
+    Always(AlwaysTag),
+    /// `{ period_ms = N }`.
+    Periodic {
+        /// Sync period.
+        period_ms: u64,
+    },
+}
+
+/// The literal `"always"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AlwaysTag {
+    /// Sync before every acknowledgement.
+    Always,
+}
+
+impl LogSync {
+    /// As the log's sync mode.
+    pub fn to_mode(self) -> ftkv_log::SyncMode {
+        match self {
+            LogSync::Always(_) => ftkv_log::SyncMode::Always,
+            LogSync::Periodic { period_ms } => ftkv_log::SyncMode::Periodic { period_ms },
+        }
+    }
+
+    /// Parses the flag form: `always` or a duration such as `100ms`.
+    pub fn parse_flag(s: &str) -> Result<Self, ConfigError> {
+        if s == "always" {
+            return Ok(LogSync::Always(AlwaysTag::Always));
+        }
+        let d = humantime::parse_duration(s).map_err(|e| {
+            ConfigError::Invalid(format!(
+                "--log-sync {s:?}: expected \"always\" or a duration: {e}"
+            ))
+        })?;
+        Ok(LogSync::Periodic {
+            period_ms: d.as_millis().max(1) as u64,
+        })
+    }
+}
+
+/// `[raft]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RaftConfig {
+    /// `"quorum"` (leader + a majority durable; default) or `"all"` (every voter).
+    pub ack: AckPolicy,
+    /// With `ack = "all"`, answer "committed, not on all replicas" after this long.
+    pub ack_all_timeout_ms: u64,
+    /// Heartbeat interval (also the AppendEntries timeout, which includes the follower fsync).
+    pub heartbeat_interval_ms: u64,
+    /// Election timeout lower bound.
+    pub election_timeout_min_ms: u64,
+    /// Election timeout upper bound.
+    pub election_timeout_max_ms: u64,
+    /// Checkpoint + snapshot after this many applied entries.
+    pub snapshot_every_entries: u64,
+    /// Log entries kept behind a snapshot for followers that lag a little.
+    pub max_in_snapshot_log_to_keep: u64,
+    /// Largest gRPC message between peers.
+    pub peer_max_message_size: ByteSize,
+}
+
+impl Default for RaftConfig {
+    fn default() -> Self {
+        Self {
+            ack: AckPolicy::Quorum,
+            ack_all_timeout_ms: 2_000,
+            heartbeat_interval_ms: 150,
+            election_timeout_min_ms: 1_000,
+            election_timeout_max_ms: 2_000,
+            snapshot_every_entries: 50_000,
+            max_in_snapshot_log_to_keep: 10_000,
+            peer_max_message_size: ByteSize::mib(64),
+        }
+    }
+}
+
+/// `[batch]`: the proposal batcher in front of Raft.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BatchConfig {
+    /// Most client ops packed in one Raft entry.
+    pub max_ops: usize,
+    /// Most payload bytes packed in one Raft entry.
+    pub max_bytes: ByteSize,
+    /// Most entries proposed and not yet committed at once.
+    pub max_in_flight: usize,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        Self {
+            max_ops: 4_096,
+            max_bytes: ByteSize::mib(4),
+            max_in_flight: 2,
+        }
+    }
+}
+
+/// `[testing]`: switches that deliberately break guarantees so the fault harness can prove it
+/// catches them (canaries). Never set them in production.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TestingConfig {
+    /// Serve linearizable reads from the local state machine without a ReadIndex round.
+    pub unsafe_local_reads: bool,
+    /// Acknowledge log appends before fsync.
+    pub unsafe_ack_before_fsync: bool,
+}
+
+impl Config {
+    /// Reads a TOML file (unknown keys are errors naming the key).
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    /// Parses TOML text.
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// The merged config as TOML (what `--print-config` prints).
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
+    }
+
+    /// Advertised client address.
+    pub fn client_addr(&self) -> String {
+        self.advertise_client
+            .clone()
+            .unwrap_or_else(|| self.listen_client.clone())
+    }
+
+    /// Advertised peer address.
+    pub fn peer_addr(&self) -> String {
+        self.advertise_peer
+            .clone()
+            .unwrap_or_else(|| self.listen_peer.clone())
+    }
+
+    /// `initial_cluster` parsed into id -> peer address.
+    pub fn initial_peers(&self) -> Result<BTreeMap<u64, String>, ConfigError> {
+        parse_initial_cluster(&self.initial_cluster)
+    }
+
+    /// Checks ranges and consistency.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.id == 0 {
+            return Err(ConfigError::Invalid("id must be >= 1".into()));
+        }
+        let peers = self.initial_peers()?;
+        if self.initial_cluster_state == ClusterState::New
+            && !peers.is_empty()
+            && !peers.contains_key(&self.id)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "initial_cluster {:?} does not contain this node's id {}",
+                self.initial_cluster, self.id
+            )));
+        }
+        if self.raft.election_timeout_min_ms >= self.raft.election_timeout_max_ms {
+            return Err(ConfigError::Invalid(
+                "raft.election_timeout_min_ms must be < election_timeout_max_ms".into(),
+            ));
+        }
+        if self.raft.heartbeat_interval_ms * 2 > self.raft.election_timeout_min_ms {
+            return Err(ConfigError::Invalid(
+                "raft.heartbeat_interval_ms must be at most half of election_timeout_min_ms".into(),
+            ));
+        }
+        if let Compression::Zstd { zstd } = self.engine.compression {
+            if !(1..=22).contains(&zstd) {
+                return Err(ConfigError::Invalid(format!(
+                    "engine.compression zstd level {zstd} not in 1..=22"
+                )));
+            }
+        }
+        if self.batch.max_ops == 0 || self.batch.max_in_flight == 0 {
+            return Err(ConfigError::Invalid(
+                "batch.max_ops and batch.max_in_flight must be >= 1".into(),
+            ));
+        }
+        if self.log.segment_size.as_u64() < 64 * 1024 {
+            return Err(ConfigError::Invalid(
+                "log.segment_size must be at least 64KiB".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Heartbeat interval as a duration.
+    pub fn heartbeat(&self) -> Duration {
+        Duration::from_millis(self.raft.heartbeat_interval_ms)
+    }
+}
+
+/// Parses `1=host:port,2=host:port`.
+pub fn parse_initial_cluster(text: &str) -> Result<BTreeMap<u64, String>, ConfigError> {
+    let mut peers = BTreeMap::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = part.split_once('=').ok_or_else(|| {
+            ConfigError::Invalid(format!("initial_cluster entry {part:?} is not ID=HOST:PORT"))
+        })?;
+        let id: u64 = id.trim().parse().map_err(|_| {
+            ConfigError::Invalid(format!("initial_cluster entry {part:?}: id is not a number"))
+        })?;
+        if id == 0 {
+            return Err(ConfigError::Invalid("initial_cluster ids must be >= 1".into()));
+        }
+        let addr = addr.trim();
+        if !addr.contains(':') {
+            return Err(ConfigError::Invalid(format!(
+                "initial_cluster entry {part:?}: address needs a port"
+            )));
+        }
+        if peers.insert(id, addr.to_string()).is_some() {
+            return Err(ConfigError::Invalid(format!(
+                "initial_cluster names id {id} twice"
+            )));
+        }
+    }
+    Ok(peers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_parses_and_unknown_keys_fail() {
+        let cfg = Config::from_toml(
+            r#"
+            id = 2
+            data_dir = "/tmp/x"
+            initial_cluster = "1=a:1,2=b:2"
+            [engine]
+            kind = "sled"
+            cache_size = "64MiB"
+            compression = "none"
+            [log]
+            sync = { period_ms = 1000 }
+            [raft]
+            ack = "all"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(cfg.id, 2);
+        assert_eq!(cfg.engine.cache_size, ByteSize::mib(64));
+        assert_eq!(cfg.engine.compression.zstd_level(), None);
+        assert_eq!(cfg.log.sync, LogSync::Periodic { period_ms: 1000 });
+        assert_eq!(cfg.raft.ack, AckPolicy::All);
+        cfg.validate().unwrap();
+        let err = Config::from_toml("id = 1\nbogus_key = 3\n").unwrap_err();
+        assert!(err.contains("bogus_key"), "{err}");
+        let err = Config::from_toml("[engine]\ncache_sise = \"1MiB\"\n").unwrap_err();
+        assert!(err.contains("cache_sise"), "{err}");
+        // Round trip of the printed config.
+        let printed = cfg.to_toml();
+        assert_eq!(Config::from_toml(&printed).unwrap(), cfg);
+    }
+
+    #[test]
+    fn initial_cluster_parsing() {
+        let peers = parse_initial_cluster("1=127.0.0.1:7380, 2=h:1").unwrap();
+        assert_eq!(peers.len(), 2);
+        assert!(parse_initial_cluster("x=a:1").is_err());
+        assert!(parse_initial_cluster("1=a").is_err());
+        assert!(parse_initial_cluster("1=a:1,1=b:2").is_err());
+        assert_eq!(
+            LogSync::parse_flag("100ms").unwrap(),
+            LogSync::Periodic { period_ms: 100 }
+        );
+        assert!(LogSync::parse_flag("sometimes").is_err());
+    }
+}

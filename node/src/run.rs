@@ -1,0 +1,228 @@
+//! Running one node: lock the data dir, open the engine, start Raft and the servers, initialize
+//! a new cluster when this node is the lowest id of `initial_cluster`, and shut down cleanly on
+//! SIGTERM/SIGINT.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use fs2::FileExt;
+use tokio::sync::watch;
+
+use crate::cluster::{ClusterConfig, ClusterNode, NodeAddr};
+use crate::config::{ClusterState, Config};
+
+/// The exclusive lock a node holds on `DATA_DIR/LOCK` while it runs (with its pid inside).
+#[derive(Debug)]
+pub struct DataDirLock {
+    _file: File,
+    path: PathBuf,
+}
+
+impl DataDirLock {
+    /// Takes the lock, or fails at once naming the process that holds it.
+    pub fn acquire(data_dir: &Path) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(data_dir)
+            .with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
+        let path = data_dir.join("LOCK");
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        if file.try_lock_exclusive().is_err() {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            anyhow::bail!(
+                "data dir {} is in use by another ftkv-node (pid {}); refusing to start",
+                data_dir.display(),
+                holder.trim()
+            );
+        }
+        file.set_len(0)?;
+        write!(file, "{}", std::process::id())?;
+        file.sync_all()?;
+        Ok(Self { _file: file, path })
+    }
+
+    /// Path of the lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Opens the configured engine under `DATA_DIR/engine`.
+pub fn open_engine(config: &Config) -> anyhow::Result<Arc<dyn ftkv_engine::Engine>> {
+    let opts = ftkv_engine::EngineOptions {
+        dir: config.data_dir.join("engine"),
+        cache_size_bytes: config.engine.cache_size.as_u64(),
+        compression_level: config.engine.compression.zstd_level(),
+    };
+    ftkv_engine::open_engine(config.engine.kind, &opts).with_context(|| {
+        format!(
+            "cannot open the {} engine in {}",
+            config.engine.kind.as_str(),
+            opts.dir.display()
+        )
+    })
+}
+
+/// The cluster layer's view of the config.
+pub fn cluster_config(config: &Config) -> ClusterConfig {
+    ClusterConfig {
+        node_id: config.id,
+        addr: NodeAddr {
+            client: config.client_addr(),
+            peer: config.peer_addr(),
+        },
+        data_dir: config.data_dir.clone(),
+        log_sync: config.log.sync.to_mode(),
+        log_segment_size_bytes: config.log.segment_size.as_u64(),
+        ack: config.raft.ack,
+        ack_all_timeout_ms: config.raft.ack_all_timeout_ms,
+        heartbeat_interval_ms: config.raft.heartbeat_interval_ms,
+        election_timeout_min_ms: config.raft.election_timeout_min_ms,
+        election_timeout_max_ms: config.raft.election_timeout_max_ms,
+        snapshot_every_entries: config.raft.snapshot_every_entries,
+        max_in_snapshot_log_to_keep: config.raft.max_in_snapshot_log_to_keep,
+        batch_max_ops: config.batch.max_ops,
+        batch_max_bytes: config.batch.max_bytes.as_u64() as usize,
+        batch_max_in_flight: config.batch.max_in_flight,
+        peer_max_message_bytes: config.raft.peer_max_message_size.as_u64() as usize,
+        unsafe_local_reads: config.testing.unsafe_local_reads,
+        unsafe_ack_before_fsync: config.testing.unsafe_ack_before_fsync,
+    }
+}
+
+/// Runs a node until SIGTERM/SIGINT.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    config.validate()?;
+    let lock = DataDirLock::acquire(&config.data_dir)?;
+    tracing::info!(id = config.id, data_dir = %config.data_dir.display(), lock = %lock.path().display(), "starting ftkv-node");
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .context("cannot install the metrics recorder")?;
+
+    // Bind every port before starting Raft, so a taken port fails fast.
+    let client_listener = crate::server::bind(&config.listen_client, "clients").await?;
+    let peer_listener = crate::server::bind(&config.listen_peer, "peers").await?;
+    let status_listener = if config.listen_status.is_empty() {
+        None
+    } else {
+        Some(crate::server::bind(&config.listen_status, "status HTTP").await?)
+    };
+
+    let engine = {
+        let cfg = config.clone();
+        tokio::task::spawn_blocking(move || open_engine(&cfg)).await??
+    };
+    let cluster = ClusterNode::start(cluster_config(&config), engine)
+        .await
+        .context("cannot start Raft")?;
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    tracing::info!(
+        client = %crate::server::local(&client_listener),
+        peer = %crate::server::local(&peer_listener),
+        "listening"
+    );
+    let peer_task = tokio::spawn(crate::server::serve_peer(
+        peer_listener,
+        cluster.clone(),
+        stopped(stop_rx.clone()),
+    ));
+    let client_task = tokio::spawn(crate::server::serve_client(
+        client_listener,
+        cluster.clone(),
+        config.limits,
+        stopped(stop_rx.clone()),
+    ));
+    let status_task = status_listener.map(|l| {
+        tokio::spawn(crate::server::status_http::serve(
+            l,
+            cluster.clone(),
+            metrics,
+            stopped(stop_rx.clone()),
+        ))
+    });
+
+    if config.initial_cluster_state == ClusterState::New {
+        let peers = config.initial_peers()?;
+        if peers.keys().next() == Some(&config.id) {
+            let c = cluster.clone();
+            tokio::spawn(async move {
+                loop {
+                    match c.initialize(peers.clone(), 60_000).await {
+                        Ok(()) => {
+                            tracing::info!("cluster initialized");
+                            break;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "initializing the cluster failed; retrying");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                    }
+                }
+            });
+        }
+    }
+
+    let mut tasks_done = false;
+    tokio::select! {
+        _ = shutdown_signal() => tracing::info!("shutdown signal received"),
+        r = async {
+            // A server that stops on its own is fatal.
+            let (r, _, _) = futures::future::select_all([peer_task, client_task]).await;
+            r
+        } => {
+            tasks_done = true;
+            match r {
+                Ok(Ok(())) => tracing::error!("a server stopped unexpectedly"),
+                Ok(Err(e)) => tracing::error!(error = %e, "a server failed"),
+                Err(e) => tracing::error!(error = %e, "a server task panicked"),
+            }
+        }
+    }
+    let _ = stop_tx.send(true);
+    if let Err(e) = cluster.shutdown().await {
+        tracing::error!(error = %e, "shutdown of the Raft node failed");
+    }
+    if let Some(t) = status_task {
+        let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
+    }
+    drop(lock);
+    if tasks_done {
+        anyhow::bail!("node stopped because a server failed");
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGTERM");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// `ftkv-node check --data-dir D`: opens the engine read-only-ish and checks every invariant.
+pub fn check(config: &Config) -> anyhow::Result<ftkv_engine::IntegrityReport> {
+    let _lock = DataDirLock::acquire(&config.data_dir)?;
+    let engine = open_engine(config)?;
+    Ok(engine.check_integrity()?)
+}

@@ -1,0 +1,204 @@
+//! Proto requests → validated cluster commands. All validation against [`Limits`] happens
+//! here, before anything is proposed.
+
+use ftkv_engine::{UpsertOp, WriteOp};
+use ftkv_proto::v1 as pb;
+use tonic::Status;
+
+use super::errors;
+use crate::cluster::{Compare, CompareOp, CompareTarget, Session, TxnOp};
+use crate::limits::Limits;
+
+/// Running size of a batch being validated.
+#[derive(Default)]
+pub struct BatchSize {
+    ops: u64,
+    bytes: u64,
+}
+
+impl BatchSize {
+    fn add(&mut self, bytes: usize) {
+        self.ops += 1;
+        self.bytes += bytes as u64;
+    }
+
+    /// Checks the whole batch against the limits.
+    pub fn check(&self, limits: &Limits) -> Result<(), Status> {
+        limits
+            .check_batch(self.ops, self.bytes)
+            .map_err(|e| errors::limit(&e))
+    }
+}
+
+/// The session of a request (`None` when absent or client_id 0).
+pub fn session(s: Option<pb::Session>) -> Result<Option<Session>, Status> {
+    match s {
+        None => Ok(None),
+        Some(s) if s.client_id == 0 => Ok(None),
+        Some(s) => {
+            if s.sequence == 0 {
+                return Err(errors::invalid("session.sequence must be >= 1"));
+            }
+            if s.first_incomplete > s.sequence {
+                return Err(errors::invalid(
+                    "session.first_incomplete must be <= session.sequence",
+                ));
+            }
+            Ok(Some(Session {
+                client_id: s.client_id,
+                sequence: s.sequence,
+                first_incomplete: s.first_incomplete,
+            }))
+        }
+    }
+}
+
+fn key(limits: &Limits, k: &[u8]) -> Result<(), Status> {
+    limits.check_key(k).map_err(|e| errors::limit(&e))
+}
+
+fn value(limits: &Limits, v: &[u8]) -> Result<(), Status> {
+    limits.check_value(v).map_err(|e| errors::limit(&e))
+}
+
+fn bound(limits: &Limits, b: &[u8]) -> Result<(), Status> {
+    limits.check_bound(b).map_err(|e| errors::limit(&e))
+}
+
+/// Converts and validates an upsert op.
+pub fn upsert_op(
+    limits: &Limits,
+    op: Option<pb::UpsertOp>,
+    size: &mut BatchSize,
+) -> Result<UpsertOp, Status> {
+    let op = op
+        .and_then(|o| o.op)
+        .ok_or_else(|| errors::invalid("upsert op is missing"))?;
+    Ok(match op {
+        pb::upsert_op::Op::SetIfAbsent(v) => {
+            value(limits, &v)?;
+            size.bytes += v.len() as u64;
+            UpsertOp::SetIfAbsent(v)
+        }
+        pb::upsert_op::Op::Add(n) => UpsertOp::Add(n),
+        pb::upsert_op::Op::Append(v) => {
+            value(limits, &v)?;
+            size.bytes += v.len() as u64;
+            UpsertOp::Append(v)
+        }
+        pb::upsert_op::Op::Max(v) => {
+            value(limits, &v)?;
+            size.bytes += v.len() as u64;
+            UpsertOp::Max(v)
+        }
+    })
+}
+
+fn range_end(end: Vec<u8>) -> Option<Vec<u8>> {
+    if end.is_empty() {
+        None
+    } else {
+        Some(end)
+    }
+}
+
+/// Converts and validates one write op.
+pub fn write_op(limits: &Limits, op: pb::WriteOp, size: &mut BatchSize) -> Result<WriteOp, Status> {
+    let op = op.op.ok_or_else(|| errors::invalid("write op is empty"))?;
+    Ok(match op {
+        pb::write_op::Op::Put(p) => put(limits, p, size)?,
+        pb::write_op::Op::Delete(d) => {
+            key(limits, &d.key)?;
+            size.add(d.key.len());
+            WriteOp::Delete { key: d.key }
+        }
+        pb::write_op::Op::Upsert(u) => upsert_key(limits, u.key, u.op, size)?,
+        pb::write_op::Op::DeleteRange(r) => {
+            bound(limits, &r.start)?;
+            bound(limits, &r.end)?;
+            size.add(r.start.len() + r.end.len());
+            WriteOp::DeleteRange {
+                start: r.start,
+                end: range_end(r.end),
+            }
+        }
+        pb::write_op::Op::UpsertRange(r) => {
+            bound(limits, &r.start)?;
+            bound(limits, &r.end)?;
+            size.add(r.start.len() + r.end.len());
+            let op = upsert_op(limits, r.op, size)?;
+            WriteOp::UpsertRange {
+                start: r.start,
+                end: range_end(r.end),
+                op,
+            }
+        }
+    })
+}
+
+/// Validates a put.
+pub fn put(limits: &Limits, p: pb::PutOp, size: &mut BatchSize) -> Result<WriteOp, Status> {
+    key(limits, &p.key)?;
+    value(limits, &p.value)?;
+    size.add(p.key.len() + p.value.len());
+    Ok(WriteOp::Put {
+        key: p.key,
+        value: p.value,
+    })
+}
+
+/// Validates a single-key upsert.
+pub fn upsert_key(
+    limits: &Limits,
+    k: Vec<u8>,
+    op: Option<pb::UpsertOp>,
+    size: &mut BatchSize,
+) -> Result<WriteOp, Status> {
+    key(limits, &k)?;
+    size.add(k.len());
+    let op = upsert_op(limits, op, size)?;
+    Ok(WriteOp::Upsert { key: k, op })
+}
+
+/// Converts and validates a txn compare.
+pub fn compare(limits: &Limits, c: pb::Compare, size: &mut BatchSize) -> Result<Compare, Status> {
+    key(limits, &c.key)?;
+    value(limits, &c.value)?;
+    size.add(c.key.len() + c.value.len());
+    let target = match pb::compare::Target::try_from(c.target) {
+        Ok(pb::compare::Target::Value) => CompareTarget::Value,
+        Ok(pb::compare::Target::Exists) => CompareTarget::Exists,
+        Err(_) => return Err(errors::invalid(format!("unknown compare target {}", c.target))),
+    };
+    let op = match pb::compare::Result::try_from(c.result) {
+        Ok(pb::compare::Result::Equal) => CompareOp::Equal,
+        Ok(pb::compare::Result::NotEqual) => CompareOp::NotEqual,
+        Ok(pb::compare::Result::Greater) => CompareOp::Greater,
+        Ok(pb::compare::Result::Less) => CompareOp::Less,
+        Err(_) => return Err(errors::invalid(format!("unknown compare result {}", c.result))),
+    };
+    Ok(Compare {
+        key: c.key,
+        target,
+        op,
+        operand: c.value,
+    })
+}
+
+/// Converts and validates a txn op.
+pub fn txn_op(limits: &Limits, op: pb::TxnOp, size: &mut BatchSize) -> Result<TxnOp, Status> {
+    let op = op.op.ok_or_else(|| errors::invalid("txn op is empty"))?;
+    let write =
+        |o: pb::write_op::Op, size: &mut BatchSize| write_op(limits, pb::WriteOp { op: Some(o) }, size);
+    Ok(match op {
+        pb::txn_op::Op::Put(p) => TxnOp::Write(write(pb::write_op::Op::Put(p), size)?),
+        pb::txn_op::Op::Delete(d) => TxnOp::Write(write(pb::write_op::Op::Delete(d), size)?),
+        pb::txn_op::Op::Upsert(u) => TxnOp::Write(write(pb::write_op::Op::Upsert(u), size)?),
+        pb::txn_op::Op::DeleteRange(r) => TxnOp::Write(write(pb::write_op::Op::DeleteRange(r), size)?),
+        pb::txn_op::Op::Get(g) => {
+            key(limits, &g.key)?;
+            size.add(g.key.len());
+            TxnOp::Get { key: g.key }
+        }
+    })
+}

@@ -1,0 +1,242 @@
+//! `ftkv.v1.Kv`: validates requests, proposes writes through the cluster layer, serves reads
+//! from the engine after a ReadIndex barrier (linearizable) or directly (serializable).
+
+use std::sync::Arc;
+
+use ftkv_engine::WriteOp;
+use ftkv_proto::v1 as pb;
+use ftkv_proto::v1::kv_server::Kv;
+use tonic::{Request, Response, Status};
+
+use super::convert::{self, BatchSize};
+use super::errors;
+use crate::cluster::{ClusterNode, Command, CommandResult};
+use crate::limits::{Limits, DEFAULT_SCAN_LIMIT, MAX_SCAN_LIMIT};
+
+/// The Kv service of one node.
+#[derive(Clone)]
+pub struct KvService {
+    cluster: ClusterNode,
+    limits: Arc<Limits>,
+}
+
+impl KvService {
+    /// Serves `cluster` with request `limits`.
+    pub fn new(cluster: ClusterNode, limits: Limits) -> Self {
+        Self {
+            cluster,
+            limits: Arc::new(limits),
+        }
+    }
+
+    fn header(&self, log_index: u64) -> Option<pb::ResponseHeader> {
+        let st = self.cluster.status();
+        Some(pb::ResponseHeader {
+            node_id: st.node_id,
+            term: st.term,
+            log_index,
+        })
+    }
+
+    /// Waits for the read barrier when asked for a linearizable read; returns the read index
+    /// (or the applied index for a serializable read).
+    async fn barrier(&self, consistency: i32) -> Result<u64, Status> {
+        match pb::ReadConsistency::try_from(consistency) {
+            Ok(pb::ReadConsistency::Linearizable) => {
+                self.cluster.read_barrier().await.map_err(errors::cluster)
+            }
+            Ok(pb::ReadConsistency::Serializable) => Ok(self.cluster.status().applied_index),
+            Err(_) => Err(errors::invalid(format!("unknown read consistency {consistency}"))),
+        }
+    }
+
+    async fn propose(&self, command: Command) -> Result<(CommandResult, u64), Status> {
+        let (result, index) = self.cluster.write(command).await.map_err(errors::cluster)?;
+        if result == CommandResult::StaleSequence {
+            return Err(errors::invalid(
+                "session sequence is below the client's acknowledged window (a duplicate of an answered request)",
+            ));
+        }
+        Ok((result, index))
+    }
+
+    async fn write_ops(&self, session: Option<pb::Session>, ops: Vec<WriteOp>) -> Result<u64, Status> {
+        let session = convert::session(session)?;
+        let (_, index) = self.propose(Command::Write { session, ops }).await?;
+        Ok(index)
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn ftkv_engine::Engine) -> ftkv_engine::Result<T> + Send + 'static,
+    ) -> Result<T, Status> {
+        let engine = self.cluster.engine();
+        tokio::task::spawn_blocking(move || f(engine.as_ref()))
+            .await
+            .map_err(|e| Status::internal(format!("read task failed: {e}")))?
+            .map_err(|e| errors::engine(&e))
+    }
+}
+
+#[tonic::async_trait]
+impl Kv for KvService {
+    async fn get(&self, request: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
+        let req = request.into_inner();
+        self.limits.check_key(&req.key).map_err(|e| errors::limit(&e))?;
+        let index = self.barrier(req.consistency).await?;
+        let key = req.key;
+        let value = self.blocking(move |e| e.get(&key)).await?;
+        Ok(Response::new(pb::GetResponse {
+            header: self.header(index),
+            found: value.is_some(),
+            value: value.unwrap_or_default(),
+        }))
+    }
+
+    async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
+        let req = request.into_inner();
+        let op = convert::put(
+            &self.limits,
+            pb::PutOp {
+                key: req.key,
+                value: req.value,
+            },
+            &mut BatchSize::default(),
+        )?;
+        let index = self.write_ops(req.session, vec![op]).await?;
+        Ok(Response::new(pb::PutResponse {
+            header: self.header(index),
+        }))
+    }
+
+    async fn delete(
+        &self,
+        request: Request<pb::DeleteRequest>,
+    ) -> Result<Response<pb::DeleteResponse>, Status> {
+        let req = request.into_inner();
+        self.limits.check_key(&req.key).map_err(|e| errors::limit(&e))?;
+        let index = self
+            .write_ops(req.session, vec![WriteOp::Delete { key: req.key }])
+            .await?;
+        Ok(Response::new(pb::DeleteResponse {
+            header: self.header(index),
+        }))
+    }
+
+    async fn scan(&self, request: Request<pb::ScanRequest>) -> Result<Response<pb::ScanResponse>, Status> {
+        let req = request.into_inner();
+        self.limits
+            .check_bound(&req.start)
+            .map_err(|e| errors::limit(&e))?;
+        self.limits.check_bound(&req.end).map_err(|e| errors::limit(&e))?;
+        let limit = match req.limit {
+            0 => DEFAULT_SCAN_LIMIT,
+            n => n.min(MAX_SCAN_LIMIT),
+        } as usize;
+        let index = self.barrier(req.consistency).await?;
+        let (start, end, keys_only) = (req.start, req.end, req.keys_only);
+        let mut pairs = self
+            .blocking(move |e| e.scan(&start, if end.is_empty() { None } else { Some(&end) }, limit + 1))
+            .await?;
+        let more = pairs.len() > limit;
+        pairs.truncate(limit);
+        let next_start = match (more, pairs.last()) {
+            (true, Some((k, _))) => {
+                let mut next = k.clone();
+                next.push(0);
+                next
+            }
+            _ => Vec::new(),
+        };
+        let kvs = pairs
+            .into_iter()
+            .map(|(key, value)| pb::KeyValue {
+                key,
+                value: if keys_only { Vec::new() } else { value },
+            })
+            .collect();
+        Ok(Response::new(pb::ScanResponse {
+            header: self.header(index),
+            kvs,
+            more,
+            next_start,
+        }))
+    }
+
+    async fn write(&self, request: Request<pb::WriteRequest>) -> Result<Response<pb::WriteResponse>, Status> {
+        let req = request.into_inner();
+        if req.ops.is_empty() {
+            return Err(errors::invalid("write needs at least one op"));
+        }
+        let mut size = BatchSize::default();
+        let ops = req
+            .ops
+            .into_iter()
+            .map(|op| convert::write_op(&self.limits, op, &mut size))
+            .collect::<Result<Vec<_>, _>>()?;
+        size.check(&self.limits)?;
+        let index = self.write_ops(req.session, ops).await?;
+        Ok(Response::new(pb::WriteResponse {
+            header: self.header(index),
+        }))
+    }
+
+    async fn txn(&self, request: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
+        let req = request.into_inner();
+        let mut size = BatchSize::default();
+        let compares = req
+            .compare
+            .into_iter()
+            .map(|c| convert::compare(&self.limits, c, &mut size))
+            .collect::<Result<Vec<_>, _>>()?;
+        let success = req
+            .success
+            .into_iter()
+            .map(|o| convert::txn_op(&self.limits, o, &mut size))
+            .collect::<Result<Vec<_>, _>>()?;
+        let failure = req
+            .failure
+            .into_iter()
+            .map(|o| convert::txn_op(&self.limits, o, &mut size))
+            .collect::<Result<Vec<_>, _>>()?;
+        size.check(&self.limits)?;
+        let session = convert::session(req.session)?;
+        let (result, index) = self
+            .propose(Command::Txn {
+                session,
+                compares,
+                success,
+                failure,
+            })
+            .await?;
+        let CommandResult::Txn { succeeded, results } = result else {
+            return Err(Status::internal(format!(
+                "txn produced an unexpected result {result:?}"
+            )));
+        };
+        let results = results
+            .into_iter()
+            .map(|r| pb::TxnOpResult {
+                found: r.is_some(),
+                value: r.unwrap_or_default(),
+            })
+            .collect();
+        Ok(Response::new(pb::TxnResponse {
+            header: self.header(index),
+            succeeded,
+            results,
+        }))
+    }
+
+    async fn upsert(
+        &self,
+        request: Request<pb::UpsertRequest>,
+    ) -> Result<Response<pb::UpsertResponse>, Status> {
+        let req = request.into_inner();
+        let op = convert::upsert_key(&self.limits, req.key, req.op, &mut BatchSize::default())?;
+        let index = self.write_ops(req.session, vec![op]).await?;
+        Ok(Response::new(pb::UpsertResponse {
+            header: self.header(index),
+        }))
+    }
+}
