@@ -21,8 +21,8 @@ use crate::error::{classify_status, Error, Result};
 use crate::retry::RetryPolicy;
 use crate::session::{SessionTracker, WriteSession};
 use crate::types::{
-    prefix_end, KeyValue, Membership, NodeStatus, Op, ReadConsistency, ResponseInfo, ScanOptions, ScanPage, Txn,
-    TxnOpResult, TxnResult, UpsertOp,
+    prefix_end, KeyValue, Membership, NodeStatus, Op, ReadConsistency, ResponseInfo, ScanOptions, ScanPage,
+    Txn, TxnOpResult, TxnResult, UpsertOp,
 };
 
 /// Default client port of an ftkv node.
@@ -126,7 +126,10 @@ impl ClientBuilder {
         }
         let inner = Inner {
             config: self.config,
-            pool: Mutex::new(Pool { endpoints, channels: HashMap::new() }),
+            pool: Mutex::new(Pool {
+                endpoints,
+                channels: HashMap::new(),
+            }),
             preferred: Mutex::new(None),
             rotation: AtomicUsize::new(0),
             sessions: SessionTracker::new(),
@@ -137,18 +140,26 @@ impl ClientBuilder {
         for ep in &snapshot {
             inner.channel(ep)?;
         }
-        Ok(Client { inner: Arc::new(inner) })
+        Ok(Client {
+            inner: Arc::new(inner),
+        })
     }
 }
 
 /// Turns `http://host:port`, ` host:port ` or `host:port/` into `host:port`.
 pub(crate) fn normalize_endpoint(raw: &str) -> Result<String> {
     let trimmed = raw.trim();
-    let invalid = |message: &str| Error::InvalidEndpoint { endpoint: raw.to_string(), message: message.to_string() };
+    let invalid = |message: &str| Error::InvalidEndpoint {
+        endpoint: raw.to_string(),
+        message: message.to_string(),
+    };
     if trimmed.starts_with("https://") {
         return Err(invalid("TLS is not supported; use host:port"));
     }
-    let bare = trimmed.strip_prefix("http://").unwrap_or(trimmed).trim_end_matches('/');
+    let bare = trimmed
+        .strip_prefix("http://")
+        .unwrap_or(trimmed)
+        .trim_end_matches('/');
     if bare.is_empty() {
         return Err(invalid("empty endpoint"));
     }
@@ -319,14 +330,19 @@ impl Inner {
                     continue;
                 }
             };
-            let budget = self.config.request_timeout.min(deadline.saturating_duration_since(now));
+            let budget = self
+                .config
+                .request_timeout
+                .min(deadline.saturating_duration_since(now));
             let result = tokio::time::timeout(budget, attempt(channel)).await;
             let error = match result {
                 Ok(Ok(value)) => {
                     if kind == CallKind::Write && self.take_injected_drop() {
                         tracing::debug!(%endpoint, "test fault: dropping a write response");
                         maybe_applied = true;
-                        Error::Timeout { elapsed_ms: millis(start.elapsed()) }
+                        Error::Timeout {
+                            elapsed_ms: millis(start.elapsed()),
+                        }
                     } else {
                         if matches!(target, Target::Leader) {
                             self.prefer(&endpoint);
@@ -343,16 +359,12 @@ impl Inner {
                     if !failure.retry {
                         return Err(finish_error(kind, failure.error, maybe_applied));
                     }
-                    if let Error::NotLeader { leader_endpoint: Some(hint), .. } = &failure.error {
-                        if let Ok(hint) = normalize_endpoint(hint) {
-                            if hint != endpoint && !unreachable.contains(&hint) {
-                                if matches!(target, Target::Leader) {
-                                    self.prefer(&hint);
-                                    redirect = Some(hint);
-                                    last_error = Some(failure.error);
-                                    continue; // follow the redirect at once
-                                }
-                            }
+                    if matches!(target, Target::Leader) {
+                        if let Some(hint) = redirect_hint(&failure.error, &endpoint, &unreachable) {
+                            self.prefer(&hint);
+                            redirect = Some(hint);
+                            last_error = Some(failure.error);
+                            continue; // follow the redirect at once
                         }
                     }
                     if matches!(failure.error, Error::Unavailable { .. } | Error::Transport { .. }) {
@@ -364,7 +376,9 @@ impl Inner {
                     if kind != CallKind::Read {
                         maybe_applied = true;
                     }
-                    Error::Timeout { elapsed_ms: millis(start.elapsed()) }
+                    Error::Timeout {
+                        elapsed_ms: millis(start.elapsed()),
+                    }
                 }
             };
             self.demote(&endpoint);
@@ -377,7 +391,9 @@ impl Inner {
             }
         }
         let error = match last_error {
-            Some(Error::Timeout { .. }) | None => Error::Timeout { elapsed_ms: millis(start.elapsed()) },
+            Some(Error::Timeout { .. }) | None => Error::Timeout {
+                elapsed_ms: millis(start.elapsed()),
+            },
             Some(e) => e,
         };
         Err(finish_error(kind, error, maybe_applied))
@@ -390,6 +406,20 @@ impl Inner {
     }
 }
 
+/// The leader endpoint a `NOT_LEADER` error points to, unless it is the endpoint just asked
+/// or one that already failed to connect during this call (a stale hint).
+fn redirect_hint(error: &Error, asked: &str, unreachable: &[String]) -> Option<String> {
+    let Error::NotLeader {
+        leader_endpoint: Some(hint),
+        ..
+    } = error
+    else {
+        return None;
+    };
+    let hint = normalize_endpoint(hint).ok()?;
+    (hint != asked && !unreachable.contains(&hint)).then_some(hint)
+}
+
 /// The error a call ends with: a write that may have been applied is ambiguous, whatever the
 /// last attempt said, unless the last answer was itself definite about the outcome.
 fn finish_error(kind: CallKind, error: Error, maybe_applied: bool) -> Error {
@@ -398,7 +428,9 @@ fn finish_error(kind: CallKind, error: Error, maybe_applied: bool) -> Error {
     }
     match error {
         e @ (Error::Ambiguous { .. } | Error::NotOnAllReplicas { .. } | Error::InvalidArgument { .. }) => e,
-        other => Error::Ambiguous { message: other.to_string() },
+        other => Error::Ambiguous {
+            message: other.to_string(),
+        },
     }
 }
 
@@ -458,8 +490,15 @@ impl Client {
     }
 
     /// Read of one key with the given consistency: `Ok(None)` when absent.
-    pub async fn get_with(&self, key: impl AsRef<[u8]>, consistency: ReadConsistency) -> Result<Option<Vec<u8>>> {
-        let req = pb::GetRequest { key: key.as_ref().to_vec(), consistency: consistency.to_proto() };
+    pub async fn get_with(
+        &self,
+        key: impl AsRef<[u8]>,
+        consistency: ReadConsistency,
+    ) -> Result<Option<Vec<u8>>> {
+        let req = pb::GetRequest {
+            key: key.as_ref().to_vec(),
+            consistency: consistency.to_proto(),
+        };
         let inner = &self.inner;
         let resp = inner
             .call(CallKind::Read, Target::Leader, |ch| {
@@ -474,7 +513,15 @@ impl Client {
     /// One page of `[start, end)` (empty `end` = unbounded), at most `limit` pairs
     /// (0 = server default, 1000). Linearizable.
     pub async fn scan(&self, start: impl AsRef<[u8]>, end: impl AsRef<[u8]>, limit: u32) -> Result<ScanPage> {
-        self.scan_with(start, end, ScanOptions { limit, ..ScanOptions::default() }).await
+        self.scan_with(
+            start,
+            end,
+            ScanOptions {
+                limit,
+                ..ScanOptions::default()
+            },
+        )
+        .await
     }
 
     /// One page of `[start, end)` with explicit options.
@@ -500,7 +547,14 @@ impl Client {
             })
             .await?;
         Ok(ScanPage {
-            kvs: resp.kvs.into_iter().map(|kv| KeyValue { key: kv.key, value: kv.value }).collect(),
+            kvs: resp
+                .kvs
+                .into_iter()
+                .map(|kv| KeyValue {
+                    key: kv.key,
+                    value: kv.value,
+                })
+                .collect(),
             more: resp.more,
             next_start: resp.next_start,
         })
@@ -524,7 +578,11 @@ impl Client {
             if max_pairs > 0 {
                 let remaining = max_pairs.saturating_sub(out.len());
                 let cap = u32::try_from(remaining).unwrap_or(u32::MAX);
-                page_opts.limit = if options.limit == 0 { cap.min(1000) } else { options.limit.min(cap) };
+                page_opts.limit = if options.limit == 0 {
+                    cap.min(1000)
+                } else {
+                    options.limit.min(cap)
+                };
             }
             let page = self.scan_with(&cursor, &end, page_opts).await?;
             out.extend(page.kvs);
@@ -553,7 +611,8 @@ impl Client {
         options: ScanOptions,
     ) -> Result<Vec<KeyValue>> {
         let prefix = prefix.as_ref();
-        self.scan_all(prefix, prefix_end(prefix), max_pairs, options).await
+        self.scan_all(prefix, prefix_end(prefix), max_pairs, options)
+            .await
     }
 
     // ----- writes -----
@@ -565,7 +624,11 @@ impl Client {
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
     {
         let inner = &self.inner;
-        inner.call(CallKind::Write, Target::Leader, |ch| attempt(inner.kv(ch), session.to_proto())).await
+        inner
+            .call(CallKind::Write, Target::Leader, |ch| {
+                attempt(inner.kv(ch), session.to_proto())
+            })
+            .await
     }
 
     /// Blind write of one key. Errors: [`Error::InvalidArgument`] (empty key, over
@@ -575,7 +638,11 @@ impl Client {
         let (key, value) = (key.as_ref().to_vec(), value.as_ref().to_vec());
         let resp = self
             .write_call(&session, |mut kv, s| {
-                let req = pb::PutRequest { key: key.clone(), value: value.clone(), session: Some(s) };
+                let req = pb::PutRequest {
+                    key: key.clone(),
+                    value: value.clone(),
+                    session: Some(s),
+                };
                 async move { kv.put(req).await.map(|r| r.into_inner()) }
             })
             .await?;
@@ -588,7 +655,10 @@ impl Client {
         let key = key.as_ref().to_vec();
         let resp = self
             .write_call(&session, |mut kv, s| {
-                let req = pb::DeleteRequest { key: key.clone(), session: Some(s) };
+                let req = pb::DeleteRequest {
+                    key: key.clone(),
+                    session: Some(s),
+                };
                 async move { kv.delete(req).await.map(|r| r.into_inner()) }
             })
             .await?;
@@ -601,7 +671,10 @@ impl Client {
         let ops: Vec<pb::WriteOp> = ops.iter().map(Op::to_proto).collect();
         let resp = self
             .write_call(&session, |mut kv, s| {
-                let req = pb::WriteRequest { ops: ops.clone(), session: Some(s) };
+                let req = pb::WriteRequest {
+                    ops: ops.clone(),
+                    session: Some(s),
+                };
                 async move { kv.write(req).await.map(|r| r.into_inner()) }
             })
             .await?;
@@ -610,7 +683,11 @@ impl Client {
 
     /// Deletes every key in `[start, end)` (empty `end` = unbounded), atomically.
     pub async fn delete_range(&self, start: impl AsRef<[u8]>, end: impl AsRef<[u8]>) -> Result<ResponseInfo> {
-        self.write(vec![Op::DeleteRange { start: start.as_ref().to_vec(), end: end.as_ref().to_vec() }]).await
+        self.write(vec![Op::DeleteRange {
+            start: start.as_ref().to_vec(),
+            end: end.as_ref().to_vec(),
+        }])
+        .await
     }
 
     /// Deletes every key starting with `prefix` (an empty prefix deletes everything).
@@ -644,7 +721,11 @@ impl Client {
         let op = op.to_proto();
         let resp = self
             .write_call(session, |mut kv, s| {
-                let req = pb::UpsertRequest { key: key.clone(), op: Some(op.clone()), session: Some(s) };
+                let req = pb::UpsertRequest {
+                    key: key.clone(),
+                    op: Some(op.clone()),
+                    session: Some(s),
+                };
                 async move { kv.upsert(req).await.map(|r| r.into_inner()) }
             })
             .await?;
@@ -670,7 +751,14 @@ impl Client {
             .await?;
         Ok(TxnResult {
             succeeded: resp.succeeded,
-            results: resp.results.into_iter().map(|r| TxnOpResult { found: r.found, value: r.value }).collect(),
+            results: resp
+                .results
+                .into_iter()
+                .map(|r| TxnOpResult {
+                    found: r.found,
+                    value: r.value,
+                })
+                .collect(),
             info: resp.header.into(),
         })
     }
@@ -685,7 +773,11 @@ impl Client {
         let resp = inner
             .call(CallKind::Read, Target::Fixed(endpoint.clone()), |ch| {
                 let mut c = inner.cluster(ch);
-                async move { c.status(pb::StatusRequest { with_digest }).await.map(|r| r.into_inner()) }
+                async move {
+                    c.status(pb::StatusRequest { with_digest })
+                        .await
+                        .map(|r| r.into_inner())
+                }
             })
             .await?;
         Ok(NodeStatus::from_proto(&endpoint, resp))
@@ -700,6 +792,11 @@ impl Client {
     /// every endpoint this client knows, asked concurrently. One entry per endpoint, in
     /// membership order then the rest; unreachable nodes give an `Err`.
     pub async fn status_all(&self) -> Vec<(String, Result<NodeStatus>)> {
+        self.status_all_with(false).await
+    }
+
+    /// [`Client::status_all`], optionally with each node's state digest.
+    pub async fn status_all_with(&self, with_digest: bool) -> Vec<(String, Result<NodeStatus>)> {
         let mut endpoints: Vec<String> = Vec::new();
         if let Ok(m) = self.members().await {
             for member in m.members {
@@ -715,7 +812,7 @@ impl Client {
                 endpoints.push(ep);
             }
         }
-        let futures = endpoints.iter().map(|ep| self.status(ep));
+        let futures = endpoints.iter().map(|ep| self.status_with(ep, with_digest));
         let results = futures::future::join_all(futures).await;
         endpoints.into_iter().zip(results).collect()
     }
@@ -733,7 +830,12 @@ impl Client {
     }
 
     /// Adds a non-voting learner with the given id and addresses; it starts replicating at once.
-    pub async fn add_learner(&self, id: u64, client_endpoint: &str, peer_endpoint: &str) -> Result<Membership> {
+    pub async fn add_learner(
+        &self,
+        id: u64,
+        client_endpoint: &str,
+        peer_endpoint: &str,
+    ) -> Result<Membership> {
         let req = pb::AddLearnerRequest {
             id,
             client_endpoint: client_endpoint.to_string(),
@@ -782,23 +884,66 @@ mod tests {
     #[test]
     fn endpoints_are_normalized() {
         assert_eq!(normalize_endpoint("127.0.0.1:7379").unwrap(), "127.0.0.1:7379");
-        assert_eq!(normalize_endpoint(" http://localhost:1/ ").unwrap(), "localhost:1");
-        assert!(matches!(normalize_endpoint("localhost"), Err(Error::InvalidEndpoint { .. })));
-        assert!(matches!(normalize_endpoint("h:99999"), Err(Error::InvalidEndpoint { .. })));
-        assert!(matches!(normalize_endpoint("https://h:1"), Err(Error::InvalidEndpoint { .. })));
-        assert!(matches!(normalize_endpoint(""), Err(Error::InvalidEndpoint { .. })));
-        assert!(matches!(normalize_endpoint("h:1/x"), Err(Error::InvalidEndpoint { .. })));
+        assert_eq!(
+            normalize_endpoint(" http://localhost:1/ ").unwrap(),
+            "localhost:1"
+        );
+        assert!(matches!(
+            normalize_endpoint("localhost"),
+            Err(Error::InvalidEndpoint { .. })
+        ));
+        assert!(matches!(
+            normalize_endpoint("h:99999"),
+            Err(Error::InvalidEndpoint { .. })
+        ));
+        assert!(matches!(
+            normalize_endpoint("https://h:1"),
+            Err(Error::InvalidEndpoint { .. })
+        ));
+        assert!(matches!(
+            normalize_endpoint(""),
+            Err(Error::InvalidEndpoint { .. })
+        ));
+        assert!(matches!(
+            normalize_endpoint("h:1/x"),
+            Err(Error::InvalidEndpoint { .. })
+        ));
+    }
+
+    #[test]
+    fn redirect_hints_skip_self_and_unreachable_endpoints() {
+        let nl = |ep: Option<&str>| Error::NotLeader {
+            leader_id: 2,
+            leader_endpoint: ep.map(String::from),
+        };
+        assert_eq!(
+            redirect_hint(&nl(Some("http://b:2")), "a:1", &[]),
+            Some("b:2".to_string())
+        );
+        assert_eq!(redirect_hint(&nl(Some("a:1")), "a:1", &[]), None);
+        assert_eq!(redirect_hint(&nl(Some("b:2")), "a:1", &["b:2".to_string()]), None);
+        assert_eq!(redirect_hint(&nl(None), "a:1", &[]), None);
+        assert_eq!(redirect_hint(&nl(Some("garbage")), "a:1", &[]), None);
+        assert_eq!(redirect_hint(&Error::NoEndpoints, "a:1", &[]), None);
     }
 
     #[test]
     fn final_error_of_a_maybe_applied_write_is_ambiguous() {
-        let t = Error::Transport { message: "reset".into() };
+        let t = Error::Transport {
+            message: "reset".into(),
+        };
         assert!(finish_error(CallKind::Write, t.clone(), true).is_ambiguous());
         assert_eq!(finish_error(CallKind::Write, t.clone(), false), t);
         assert_eq!(finish_error(CallKind::Read, t.clone(), true), t);
-        let nl = Error::NotLeader { leader_id: 0, leader_endpoint: None };
+        let nl = Error::NotLeader {
+            leader_id: 0,
+            leader_endpoint: None,
+        };
         assert!(finish_error(CallKind::Admin, nl, true).is_ambiguous());
-        let inv = Error::InvalidArgument { message: "x".into(), limit: None };
+        let inv = Error::InvalidArgument {
+            message: "x".into(),
+            limit: None,
+        };
         assert_eq!(finish_error(CallKind::Write, inv.clone(), true), inv);
     }
 
@@ -807,7 +952,11 @@ mod tests {
         assert_eq!(Client::builder().build().await.unwrap_err(), Error::NoEndpoints);
         let e = Client::builder().endpoints(["nope"]).build().await.unwrap_err();
         assert!(matches!(e, Error::InvalidEndpoint { .. }));
-        let c = Client::builder().endpoints(["a:1", "http://a:1", "b:2"]).build().await.unwrap();
+        let c = Client::builder()
+            .endpoints(["a:1", "http://a:1", "b:2"])
+            .build()
+            .await
+            .unwrap();
         assert_eq!(c.endpoints(), vec!["a:1".to_string(), "b:2".to_string()]);
     }
 
@@ -820,7 +969,12 @@ mod tests {
             max_backoff: Duration::from_millis(20),
             deadline: Duration::from_millis(400),
         };
-        let c = Client::builder().endpoints(["127.0.0.1:1"]).retry(policy).build().await.unwrap();
+        let c = Client::builder()
+            .endpoints(["127.0.0.1:1"])
+            .retry(policy)
+            .build()
+            .await
+            .unwrap();
         let t0 = Instant::now();
         let e = c.put("k", "v").await.unwrap_err();
         assert!(t0.elapsed() < Duration::from_secs(3), "took {:?}", t0.elapsed());

@@ -138,7 +138,10 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Error::NotLeader { .. } | Error::Unavailable { .. } | Error::Timeout { .. } | Error::Transport { .. }
+            Error::NotLeader { .. }
+                | Error::Unavailable { .. }
+                | Error::Timeout { .. }
+                | Error::Transport { .. }
         )
     }
 
@@ -200,7 +203,11 @@ fn non_empty(s: &str) -> Option<String> {
 pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
     let message = status.message().to_string();
     if let Some(info) = error_info(status) {
-        let text = if info.message.is_empty() { message.clone() } else { info.message.clone() };
+        let text = if info.message.is_empty() {
+            message.clone()
+        } else {
+            info.message.clone()
+        };
         match info.kind() {
             Kind::NotLeader => {
                 return Failure {
@@ -214,14 +221,20 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
             }
             Kind::Limit => {
                 return Failure {
-                    error: Error::InvalidArgument { message: text, limit: non_empty(&info.limit) },
+                    error: Error::InvalidArgument {
+                        message: text,
+                        limit: non_empty(&info.limit),
+                    },
                     not_applied: true,
                     retry: false,
                 }
             }
             Kind::Invalid => {
                 return Failure {
-                    error: Error::InvalidArgument { message: text, limit: non_empty(&info.limit) },
+                    error: Error::InvalidArgument {
+                        message: text,
+                        limit: non_empty(&info.limit),
+                    },
                     not_applied: true,
                     retry: false,
                 }
@@ -229,17 +242,28 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
             Kind::Ambiguous => {
                 // Retrying with the same session is safe: the node answers a duplicate with
                 // the remembered result instead of applying it again.
-                return Failure { error: Error::Ambiguous { message: text }, not_applied: false, retry: true };
+                return Failure {
+                    error: Error::Ambiguous { message: text },
+                    not_applied: false,
+                    retry: true,
+                };
             }
             Kind::NotOnAllReplicas => {
                 return Failure {
-                    error: Error::NotOnAllReplicas { log_index: parse_log_index(&text), message: text },
+                    error: Error::NotOnAllReplicas {
+                        log_index: parse_log_index(&text),
+                        message: text,
+                    },
                     not_applied: false,
                     retry: false,
                 }
             }
             Kind::Unavailable => {
-                return Failure { error: Error::Unavailable { message: text }, not_applied: true, retry: true }
+                return Failure {
+                    error: Error::Unavailable { message: text },
+                    not_applied: true,
+                    retry: true,
+                }
             }
             Kind::StorageFault => {
                 return Failure {
@@ -262,21 +286,35 @@ fn classify_by_code(status: &tonic::Status, message: String) -> Failure {
             not_applied: true,
             retry: false,
         },
-        Code::Unavailable if is_connect_error(status) => {
-            Failure { error: Error::Unavailable { message }, not_applied: true, retry: true }
-        }
+        Code::Unavailable if is_connect_error(status) => Failure {
+            error: Error::Unavailable { message },
+            not_applied: true,
+            retry: true,
+        },
         // No ErrorInfo: the transport broke somewhere after the request may have left.
-        Code::Unavailable | Code::Unknown | Code::Cancelled => {
-            Failure { error: Error::Transport { message }, not_applied: false, retry: true }
-        }
-        Code::DeadlineExceeded => Failure { error: Error::Timeout { elapsed_ms: 0 }, not_applied: false, retry: true },
+        Code::Unavailable | Code::Unknown | Code::Cancelled => Failure {
+            error: Error::Transport { message },
+            not_applied: false,
+            retry: true,
+        },
+        Code::DeadlineExceeded => Failure {
+            error: Error::Timeout { elapsed_ms: 0 },
+            not_applied: false,
+            retry: true,
+        },
         code @ (Code::Internal | Code::Aborted | Code::DataLoss) => Failure {
-            error: Error::Server { code: format!("{code:?}"), message },
+            error: Error::Server {
+                code: format!("{code:?}"),
+                message,
+            },
             not_applied: false,
             retry: false,
         },
         code => Failure {
-            error: Error::Server { code: format!("{code:?}"), message },
+            error: Error::Server {
+                code: format!("{code:?}"),
+                message,
+            },
             not_applied: true,
             retry: false,
         },
@@ -292,19 +330,29 @@ mod tests {
     }
 
     fn info(kind: Kind) -> ErrorInfo {
-        ErrorInfo { kind: kind as i32, ..Default::default() }
+        ErrorInfo {
+            kind: kind as i32,
+            ..Default::default()
+        }
     }
 
     #[test]
     fn not_leader_carries_the_leader_endpoint() {
         let st = status_with(
             tonic::Code::FailedPrecondition,
-            ErrorInfo { leader_id: 2, leader_endpoint: "127.0.0.1:7479".into(), ..info(Kind::NotLeader) },
+            ErrorInfo {
+                leader_id: 2,
+                leader_endpoint: "127.0.0.1:7479".into(),
+                ..info(Kind::NotLeader)
+            },
         );
         let f = classify_status(&st);
         assert_eq!(
             f.error,
-            Error::NotLeader { leader_id: 2, leader_endpoint: Some("127.0.0.1:7479".into()) }
+            Error::NotLeader {
+                leader_id: 2,
+                leader_endpoint: Some("127.0.0.1:7479".into())
+            }
         );
         assert!(f.not_applied && f.retry);
         assert!(f.error.is_retryable());
@@ -314,19 +362,32 @@ mod tests {
     #[test]
     fn not_leader_without_hint_has_no_endpoint() {
         let f = classify_status(&status_with(tonic::Code::Unavailable, info(Kind::NotLeader)));
-        assert_eq!(f.error, Error::NotLeader { leader_id: 0, leader_endpoint: None });
+        assert_eq!(
+            f.error,
+            Error::NotLeader {
+                leader_id: 0,
+                leader_endpoint: None
+            }
+        );
     }
 
     #[test]
     fn limit_names_the_limit_and_is_final() {
         let st = status_with(
             tonic::Code::InvalidArgument,
-            ErrorInfo { limit: "max_key_bytes".into(), message: "key is 20000 bytes".into(), ..info(Kind::Limit) },
+            ErrorInfo {
+                limit: "max_key_bytes".into(),
+                message: "key is 20000 bytes".into(),
+                ..info(Kind::Limit)
+            },
         );
         let f = classify_status(&st);
         assert_eq!(
             f.error,
-            Error::InvalidArgument { message: "key is 20000 bytes".into(), limit: Some("max_key_bytes".into()) }
+            Error::InvalidArgument {
+                message: "key is 20000 bytes".into(),
+                limit: Some("max_key_bytes".into())
+            }
         );
         assert!(!f.retry && f.not_applied);
         assert!(!f.error.is_retryable());
@@ -346,10 +407,19 @@ mod tests {
     fn not_on_all_replicas_reads_the_index_from_the_message() {
         let st = status_with(
             tonic::Code::DeadlineExceeded,
-            ErrorInfo { message: "ack=all timed out, log_index=42".into(), ..info(Kind::NotOnAllReplicas) },
+            ErrorInfo {
+                message: "ack=all timed out, log_index=42".into(),
+                ..info(Kind::NotOnAllReplicas)
+            },
         );
         let f = classify_status(&st);
-        assert!(matches!(f.error, Error::NotOnAllReplicas { log_index: Some(42), .. }));
+        assert!(matches!(
+            f.error,
+            Error::NotOnAllReplicas {
+                log_index: Some(42),
+                ..
+            }
+        ));
         assert!(!f.retry);
     }
 
@@ -365,9 +435,18 @@ mod tests {
     fn statuses_without_error_info_are_classified_by_code() {
         let f = classify_status(&tonic::Status::unavailable("connection reset"));
         assert!(matches!(f.error, Error::Transport { .. }));
-        assert!(f.retry && !f.not_applied, "a broken connection leaves the outcome unknown");
+        assert!(
+            f.retry && !f.not_applied,
+            "a broken connection leaves the outcome unknown"
+        );
         let f = classify_status(&tonic::Status::invalid_argument("bad"));
-        assert_eq!(f.error, Error::InvalidArgument { message: "bad".into(), limit: None });
+        assert_eq!(
+            f.error,
+            Error::InvalidArgument {
+                message: "bad".into(),
+                limit: None
+            }
+        );
         let f = classify_status(&tonic::Status::unimplemented("nope"));
         assert!(matches!(f.error, Error::Server { ref code, .. } if code == "Unimplemented"));
         assert!(f.not_applied && !f.retry);
@@ -377,7 +456,8 @@ mod tests {
 
     #[test]
     fn garbage_details_fall_back_to_the_code() {
-        let st = tonic::Status::with_details(tonic::Code::InvalidArgument, "x", vec![0xff, 0xff, 0xff].into());
+        let st =
+            tonic::Status::with_details(tonic::Code::InvalidArgument, "x", vec![0xff, 0xff, 0xff].into());
         let f = classify_status(&st);
         assert!(matches!(f.error, Error::InvalidArgument { limit: None, .. }));
     }

@@ -20,6 +20,8 @@
 //! Depends on `ftkv-proto` only: no openraft or node types, and no tonic types in the public
 //! API (statuses are converted to [`Error`]).
 
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 mod client;
 mod error;
 mod retry;
@@ -33,6 +35,7 @@ pub use error::{Error, Result};
 pub use retry::RetryPolicy;
 pub use session::WriteSession;
 pub use types::{
-    decode_counter, prefix_end, Compare, CompareResult, CompareTarget, KeyValue, Member, Membership, NodeStatus,
-    Op, ReadConsistency, ResponseInfo, ScanOptions, ScanPage, Txn, TxnOp, TxnOpResult, TxnResult, UpsertOp,
+    decode_counter, prefix_end, Compare, CompareResult, CompareTarget, KeyValue, Member, Membership,
+    NodeStatus, Op, ReadConsistency, ResponseInfo, ScanOptions, ScanPage, Txn, TxnOp, TxnOpResult, TxnResult,
+    UpsertOp,
 };

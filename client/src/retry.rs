@@ -43,7 +43,11 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// A policy that makes exactly one attempt within `deadline`.
     pub fn no_retry(deadline: Duration) -> Self {
-        Self { max_attempts: 1, deadline, ..Self::default() }
+        Self {
+            max_attempts: 1,
+            deadline,
+            ..Self::default()
+        }
     }
 
     /// The un-jittered backoff after `retry` failed attempts (`retry` = 1 before the second
@@ -60,7 +64,11 @@ impl RetryPolicy {
         let ceiling = self.backoff_ceiling(retry);
         let half = ceiling / 2;
         let spread_ns = u64::try_from((ceiling - half).as_nanos()).unwrap_or(u64::MAX);
-        let jitter_ns = if spread_ns == 0 { 0 } else { rng.gen_range(0..=spread_ns) };
+        let jitter_ns = if spread_ns == 0 {
+            0
+        } else {
+            rng.gen_range(0..=spread_ns)
+        };
         half + Duration::from_nanos(jitter_ns)
     }
 
@@ -99,7 +107,11 @@ mod tests {
             let ceiling = p.backoff_ceiling(retry);
             for _ in 0..200 {
                 let b = p.backoff(retry, &mut rng);
-                assert!(b >= ceiling / 2 && b <= ceiling, "retry {retry}: {b:?} not in [{:?}, {ceiling:?}]", ceiling / 2);
+                assert!(
+                    b >= ceiling / 2 && b <= ceiling,
+                    "retry {retry}: {b:?} not in [{:?}, {ceiling:?}]",
+                    ceiling / 2
+                );
                 seen_low |= b < ceiling * 3 / 4;
                 seen_high |= b > ceiling * 3 / 4;
             }

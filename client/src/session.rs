@@ -87,7 +87,11 @@ impl SessionTracker {
         let sequence = self.next_sequence.fetch_add(1, Ordering::Relaxed);
         in_flight.insert(sequence);
         drop(in_flight);
-        WriteSession { client_id: self.client_id, sequence, tracker: Arc::clone(self) }
+        WriteSession {
+            client_id: self.client_id,
+            sequence,
+            tracker: Arc::clone(self),
+        }
     }
 
     /// Lowest sequence still outstanding, or the next one to be allocated when none is.

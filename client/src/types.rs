@@ -41,7 +41,11 @@ pub struct ResponseInfo {
 impl From<Option<pb::ResponseHeader>> for ResponseInfo {
     fn from(h: Option<pb::ResponseHeader>) -> Self {
         let h = h.unwrap_or_default();
-        Self { node_id: h.node_id, term: h.term, log_index: h.log_index }
+        Self {
+            node_id: h.node_id,
+            term: h.term,
+            log_index: h.log_index,
+        }
     }
 }
 
@@ -155,28 +159,43 @@ pub enum Op {
 impl Op {
     /// `Put` from anything byte-like.
     pub fn put(key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Self {
-        Op::Put { key: key.as_ref().to_vec(), value: value.as_ref().to_vec() }
+        Op::Put {
+            key: key.as_ref().to_vec(),
+            value: value.as_ref().to_vec(),
+        }
     }
 
     /// `Delete` from anything byte-like.
     pub fn delete(key: impl AsRef<[u8]>) -> Self {
-        Op::Delete { key: key.as_ref().to_vec() }
+        Op::Delete {
+            key: key.as_ref().to_vec(),
+        }
     }
 
     /// `Upsert` from anything byte-like.
     pub fn upsert(key: impl AsRef<[u8]>, op: UpsertOp) -> Self {
-        Op::Upsert { key: key.as_ref().to_vec(), op }
+        Op::Upsert {
+            key: key.as_ref().to_vec(),
+            op,
+        }
     }
 
     pub(crate) fn to_proto(&self) -> pb::WriteOp {
         use pb::write_op::Op as W;
         let op = match self {
-            Op::Put { key, value } => W::Put(pb::PutOp { key: key.clone(), value: value.clone() }),
+            Op::Put { key, value } => W::Put(pb::PutOp {
+                key: key.clone(),
+                value: value.clone(),
+            }),
             Op::Delete { key } => W::Delete(pb::DeleteOp { key: key.clone() }),
-            Op::Upsert { key, op } => W::Upsert(pb::UpsertKeyOp { key: key.clone(), op: Some(op.to_proto()) }),
-            Op::DeleteRange { start, end } => {
-                W::DeleteRange(pb::DeleteRangeOp { start: start.clone(), end: end.clone() })
-            }
+            Op::Upsert { key, op } => W::Upsert(pb::UpsertKeyOp {
+                key: key.clone(),
+                op: Some(op.to_proto()),
+            }),
+            Op::DeleteRange { start, end } => W::DeleteRange(pb::DeleteRangeOp {
+                start: start.clone(),
+                end: end.clone(),
+            }),
             Op::UpsertRange { start, end, op } => W::UpsertRange(pb::UpsertRangeOp {
                 start: start.clone(),
                 end: end.clone(),
@@ -226,7 +245,12 @@ pub struct Compare {
 impl Compare {
     /// `value(key) <result> value`.
     pub fn value(key: impl AsRef<[u8]>, result: CompareResult, value: impl AsRef<[u8]>) -> Self {
-        Self { key: key.as_ref().to_vec(), target: CompareTarget::Value, result, value: value.as_ref().to_vec() }
+        Self {
+            key: key.as_ref().to_vec(),
+            target: CompareTarget::Value,
+            result,
+            value: value.as_ref().to_vec(),
+        }
     }
 
     /// The key exists.
@@ -241,7 +265,10 @@ impl Compare {
 
     /// The key is absent.
     pub fn absent(key: impl AsRef<[u8]>) -> Self {
-        Self { result: CompareResult::NotEqual, ..Self::exists(key) }
+        Self {
+            result: CompareResult::NotEqual,
+            ..Self::exists(key)
+        }
     }
 
     pub(crate) fn to_proto(&self) -> pb::Compare {
@@ -256,7 +283,12 @@ impl Compare {
             CompareResult::Greater => R::Greater,
             CompareResult::Less => R::Less,
         };
-        pb::Compare { key: self.key.clone(), target: target as i32, result: result as i32, value: self.value.clone() }
+        pb::Compare {
+            key: self.key.clone(),
+            target: target as i32,
+            result: result as i32,
+            value: self.value.clone(),
+        }
     }
 }
 
@@ -300,12 +332,19 @@ impl TxnOp {
     pub(crate) fn to_proto(&self) -> pb::TxnOp {
         use pb::txn_op::Op as T;
         let op = match self {
-            TxnOp::Put { key, value } => T::Put(pb::PutOp { key: key.clone(), value: value.clone() }),
+            TxnOp::Put { key, value } => T::Put(pb::PutOp {
+                key: key.clone(),
+                value: value.clone(),
+            }),
             TxnOp::Delete { key } => T::Delete(pb::DeleteOp { key: key.clone() }),
-            TxnOp::Upsert { key, op } => T::Upsert(pb::UpsertKeyOp { key: key.clone(), op: Some(op.to_proto()) }),
-            TxnOp::DeleteRange { start, end } => {
-                T::DeleteRange(pb::DeleteRangeOp { start: start.clone(), end: end.clone() })
-            }
+            TxnOp::Upsert { key, op } => T::Upsert(pb::UpsertKeyOp {
+                key: key.clone(),
+                op: Some(op.to_proto()),
+            }),
+            TxnOp::DeleteRange { start, end } => T::DeleteRange(pb::DeleteRangeOp {
+                start: start.clone(),
+                end: end.clone(),
+            }),
             TxnOp::Get { key } => T::Get(pb::TxnGetOp { key: key.clone() }),
         };
         pb::TxnOp { op: Some(op) }

@@ -1,6 +1,7 @@
 //! The client against tiny in-process fake nodes (tonic servers implementing `Kv` and `Cluster`):
 //! redirect following, retries that reuse the write session, ambiguity, and final errors.
 //! The real node is exercised end to end by the `tests/` crate.
+#![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -52,30 +53,50 @@ impl FakeNode {
     }
 
     fn follower(id: u64, hint: &str, shared: &Arc<Mutex<Shared>>) -> Self {
-        Self { id, follower_hint: Some(hint.to_string()), ..Self::leader(shared) }
+        Self {
+            id,
+            follower_hint: Some(hint.to_string()),
+            ..Self::leader(shared)
+        }
     }
 
     fn error(kind: pb::error_info::Kind, code: tonic::Code, fill: impl FnOnce(&mut pb::ErrorInfo)) -> Status {
-        let mut info = pb::ErrorInfo { kind: kind as i32, ..Default::default() };
+        let mut info = pb::ErrorInfo {
+            kind: kind as i32,
+            ..Default::default()
+        };
         fill(&mut info);
         Status::with_details(code, info.message.clone(), info.encode_to_vec().into())
     }
 
     /// Common front of every write: redirect, limits, dedup by session, fault injection.
-    fn write(&self, key: &[u8], session: Option<pb::Session>, apply: impl FnOnce(&mut Shared)) -> Result<(), Status> {
+    fn write(
+        &self,
+        key: &[u8],
+        session: Option<pb::Session>,
+        apply: impl FnOnce(&mut Shared),
+    ) -> Result<(), Status> {
         self.requests.fetch_add(1, Ordering::SeqCst);
         if let Some(hint) = &self.follower_hint {
             let hint = hint.clone();
-            return Err(Self::error(pb::error_info::Kind::NotLeader, tonic::Code::FailedPrecondition, |i| {
-                i.leader_endpoint = hint;
-                i.message = "not the leader".into();
-            }));
+            return Err(Self::error(
+                pb::error_info::Kind::NotLeader,
+                tonic::Code::FailedPrecondition,
+                |i| {
+                    i.leader_endpoint = hint;
+                    i.message = "not the leader".into();
+                },
+            ));
         }
         if key.is_empty() || key.len() > self.max_key_bytes {
-            return Err(Self::error(pb::error_info::Kind::Limit, tonic::Code::InvalidArgument, |i| {
-                i.limit = "max_key_bytes".into();
-                i.message = format!("key is {} bytes", key.len());
-            }));
+            return Err(Self::error(
+                pb::error_info::Kind::Limit,
+                tonic::Code::InvalidArgument,
+                |i| {
+                    i.limit = "max_key_bytes".into();
+                    i.message = format!("key is {} bytes", key.len());
+                },
+            ));
         }
         let session = session.unwrap_or_default();
         {
@@ -85,7 +106,9 @@ impl FakeNode {
                 apply(&mut shared);
             }
         }
-        let inject = self.fail_after_apply.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        let inject = self
+            .fail_after_apply
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
         if inject.is_ok() {
             return Err(Status::unavailable("connection reset by peer"));
         }
@@ -93,7 +116,11 @@ impl FakeNode {
     }
 
     fn header(&self) -> Option<pb::ResponseHeader> {
-        Some(pb::ResponseHeader { node_id: self.id, term: 3, log_index: 10 })
+        Some(pb::ResponseHeader {
+            node_id: self.id,
+            term: 3,
+            log_index: 10,
+        })
     }
 }
 
@@ -115,15 +142,22 @@ impl Kv for FakeNode {
         self.write(&req.key, req.session, |s| {
             s.kv.insert(req.key.clone(), req.value.clone());
         })?;
-        Ok(Response::new(pb::PutResponse { header: self.header() }))
+        Ok(Response::new(pb::PutResponse {
+            header: self.header(),
+        }))
     }
 
-    async fn delete(&self, request: Request<pb::DeleteRequest>) -> Result<Response<pb::DeleteResponse>, Status> {
+    async fn delete(
+        &self,
+        request: Request<pb::DeleteRequest>,
+    ) -> Result<Response<pb::DeleteResponse>, Status> {
         let req = request.into_inner();
         self.write(&req.key, req.session, |s| {
             s.kv.remove(&req.key);
         })?;
-        Ok(Response::new(pb::DeleteResponse { header: self.header() }))
+        Ok(Response::new(pb::DeleteResponse {
+            header: self.header(),
+        }))
     }
 
     async fn scan(&self, request: Request<pb::ScanRequest>) -> Result<Response<pb::ScanResponse>, Status> {
@@ -139,11 +173,23 @@ impl Kv for FakeNode {
         let kvs: Vec<pb::KeyValue> = in_range
             .iter()
             .take(limit)
-            .map(|(k, v)| pb::KeyValue { key: (*k).clone(), value: (*v).clone() })
+            .map(|(k, v)| pb::KeyValue {
+                key: (*k).clone(),
+                value: (*v).clone(),
+            })
             .collect();
         let more = in_range.len() > limit;
-        let next_start = if more { in_range[limit].0.clone() } else { Vec::new() };
-        Ok(Response::new(pb::ScanResponse { header: self.header(), kvs, more, next_start }))
+        let next_start = if more {
+            in_range[limit].0.clone()
+        } else {
+            Vec::new()
+        };
+        Ok(Response::new(pb::ScanResponse {
+            header: self.header(),
+            kvs,
+            more,
+            next_start,
+        }))
     }
 
     async fn write(&self, request: Request<pb::WriteRequest>) -> Result<Response<pb::WriteResponse>, Status> {
@@ -155,14 +201,19 @@ impl Kv for FakeNode {
                 }
             }
         })?;
-        Ok(Response::new(pb::WriteResponse { header: self.header() }))
+        Ok(Response::new(pb::WriteResponse {
+            header: self.header(),
+        }))
     }
 
     async fn txn(&self, _request: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
         Err(Status::unimplemented("fake"))
     }
 
-    async fn upsert(&self, request: Request<pb::UpsertRequest>) -> Result<Response<pb::UpsertResponse>, Status> {
+    async fn upsert(
+        &self,
+        request: Request<pb::UpsertRequest>,
+    ) -> Result<Response<pb::UpsertResponse>, Status> {
         let req = request.into_inner();
         self.write(&req.key, req.session, |s| {
             if let Some(pb::upsert_op::Op::Add(n)) = req.op.and_then(|o| o.op) {
@@ -170,13 +221,18 @@ impl Kv for FakeNode {
                 s.kv.insert(req.key.clone(), (cur + n).to_le_bytes().to_vec());
             }
         })?;
-        Ok(Response::new(pb::UpsertResponse { header: self.header() }))
+        Ok(Response::new(pb::UpsertResponse {
+            header: self.header(),
+        }))
     }
 }
 
 #[tonic::async_trait]
 impl Cluster for FakeNode {
-    async fn status(&self, _request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+    async fn status(
+        &self,
+        _request: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusResponse>, Status> {
         Ok(Response::new(pb::StatusResponse {
             node_id: self.id,
             leader_id: 1,
@@ -188,8 +244,14 @@ impl Cluster for FakeNode {
         }))
     }
 
-    async fn members(&self, _request: Request<pb::MembersRequest>) -> Result<Response<pb::MembersResponse>, Status> {
-        Ok(Response::new(pb::MembersResponse { members: self.members.lock().unwrap().clone(), leader_id: 1 }))
+    async fn members(
+        &self,
+        _request: Request<pb::MembersRequest>,
+    ) -> Result<Response<pb::MembersResponse>, Status> {
+        Ok(Response::new(pb::MembersResponse {
+            members: self.members.lock().unwrap().clone(),
+            leader_id: 1,
+        }))
     }
 
     async fn add_learner(
@@ -199,11 +261,17 @@ impl Cluster for FakeNode {
         Err(Status::unimplemented("fake"))
     }
 
-    async fn promote(&self, _request: Request<pb::PromoteRequest>) -> Result<Response<pb::MembersResponse>, Status> {
+    async fn promote(
+        &self,
+        _request: Request<pb::PromoteRequest>,
+    ) -> Result<Response<pb::MembersResponse>, Status> {
         Err(Status::unimplemented("fake"))
     }
 
-    async fn remove(&self, _request: Request<pb::RemoveRequest>) -> Result<Response<pb::MembersResponse>, Status> {
+    async fn remove(
+        &self,
+        _request: Request<pb::RemoveRequest>,
+    ) -> Result<Response<pb::MembersResponse>, Status> {
         Err(Status::unimplemented("fake"))
     }
 }
@@ -239,13 +307,22 @@ async fn follows_not_leader_to_an_endpoint_outside_the_initial_list() {
     let follower = FakeNode::follower(2, &leader_ep, &shared);
     let follower_ep = serve(follower.clone()).await;
 
-    let client = Client::builder().endpoints([&follower_ep]).retry(quick_policy(5)).build().await.unwrap();
+    let client = Client::builder()
+        .endpoints([&follower_ep])
+        .retry(quick_policy(5))
+        .build()
+        .await
+        .unwrap();
     let info = client.put("k", "v").await.unwrap();
     assert_eq!(info.node_id, 1, "answered by the leader");
     assert_eq!(shared.lock().unwrap().kv.get(&b"k"[..]), Some(&b"v".to_vec()));
     assert_eq!(follower.requests.load(Ordering::SeqCst), 1);
     assert_eq!(leader.requests.load(Ordering::SeqCst), 1);
-    assert!(client.endpoints().contains(&leader_ep), "learned the leader: {:?}", client.endpoints());
+    assert!(
+        client.endpoints().contains(&leader_ep),
+        "learned the leader: {:?}",
+        client.endpoints()
+    );
     assert_eq!(client.preferred_endpoint(), Some(leader_ep.clone()));
 
     // The leader is remembered: the next write goes straight there.
@@ -257,9 +334,17 @@ async fn follows_not_leader_to_an_endpoint_outside_the_initial_list() {
     // Both writes carried this client's session with sequences 1 and 2.
     let sessions = shared.lock().unwrap().write_sessions.clone();
     assert_eq!(sessions.len(), 2);
-    assert!(sessions.iter().all(|s| s.client_id == client.client_id() && s.client_id != 0));
-    assert_eq!(sessions.iter().map(|s| s.sequence).collect::<Vec<_>>(), vec![1, 2]);
-    assert_eq!(sessions[1].first_incomplete, 2, "sequence 1 finished before 2 started");
+    assert!(sessions
+        .iter()
+        .all(|s| s.client_id == client.client_id() && s.client_id != 0));
+    assert_eq!(
+        sessions.iter().map(|s| s.sequence).collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    assert_eq!(
+        sessions[1].first_incomplete, 2,
+        "sequence 1 finished before 2 started"
+    );
 }
 
 #[tokio::test]
@@ -268,8 +353,12 @@ async fn not_leader_without_hint_rotates_to_the_next_endpoint() {
     let follower = FakeNode::follower(2, "", &shared);
     let follower_ep = serve(follower.clone()).await;
     let leader_ep = serve(FakeNode::leader(&shared)).await;
-    let client =
-        Client::builder().endpoints([&follower_ep, &leader_ep]).retry(quick_policy(5)).build().await.unwrap();
+    let client = Client::builder()
+        .endpoints([&follower_ep, &leader_ep])
+        .retry(quick_policy(5))
+        .build()
+        .await
+        .unwrap();
     client.upsert("n", UpsertOp::Add(2)).await.unwrap();
     assert_eq!(follower.requests.load(Ordering::SeqCst), 1);
     let v = shared.lock().unwrap().kv.get(&b"n"[..]).cloned().unwrap();
@@ -282,14 +371,26 @@ async fn retry_after_a_lost_response_reuses_the_session_and_applies_once() {
     let leader = FakeNode::leader(&shared);
     leader.fail_after_apply.store(1, Ordering::SeqCst);
     let ep = serve(leader.clone()).await;
-    let client = Client::builder().endpoints([&ep]).retry(quick_policy(5)).build().await.unwrap();
+    let client = Client::builder()
+        .endpoints([&ep])
+        .retry(quick_policy(5))
+        .build()
+        .await
+        .unwrap();
 
     client.upsert("counter", UpsertOp::Add(5)).await.unwrap();
     let s = shared.lock().unwrap();
     assert_eq!(s.write_sessions.len(), 2, "one failed attempt, one retry");
     assert_eq!(s.write_sessions[0].client_id, s.write_sessions[1].client_id);
-    assert_eq!(s.write_sessions[0].sequence, s.write_sessions[1].sequence, "same sequence on retry");
-    assert_eq!(decode_counter(s.kv.get(&b"counter"[..]).unwrap()), Some(5), "applied exactly once");
+    assert_eq!(
+        s.write_sessions[0].sequence, s.write_sessions[1].sequence,
+        "same sequence on retry"
+    );
+    assert_eq!(
+        decode_counter(s.kv.get(&b"counter"[..]).unwrap()),
+        Some(5),
+        "applied exactly once"
+    );
 }
 
 #[tokio::test]
@@ -298,12 +399,21 @@ async fn a_write_whose_outcome_stays_unknown_is_ambiguous() {
     let leader = FakeNode::leader(&shared);
     leader.fail_after_apply.store(100, Ordering::SeqCst);
     let ep = serve(leader.clone()).await;
-    let client = Client::builder().endpoints([&ep]).retry(quick_policy(3)).build().await.unwrap();
+    let client = Client::builder()
+        .endpoints([&ep])
+        .retry(quick_policy(3))
+        .build()
+        .await
+        .unwrap();
 
     let err = client.upsert("c", UpsertOp::Add(1)).await.unwrap_err();
     assert!(err.is_ambiguous(), "{err:?}");
     assert!(!err.is_retryable());
-    assert_eq!(leader.requests.load(Ordering::SeqCst), 3, "max_attempts bounds the retries");
+    assert_eq!(
+        leader.requests.load(Ordering::SeqCst),
+        3,
+        "max_attempts bounds the retries"
+    );
     let s = shared.lock().unwrap();
     assert_eq!(decode_counter(s.kv.get(&b"c"[..]).unwrap()), Some(1));
 }
@@ -323,7 +433,11 @@ async fn injected_response_drop_is_retried_once_with_the_same_session() {
     client.upsert("c", UpsertOp::Add(1)).await.unwrap();
     let s = shared.lock().unwrap();
     let seqs: Vec<u64> = s.write_sessions.iter().map(|x| x.sequence).collect();
-    assert_eq!(seqs, vec![1, 1, 2], "the dropped response's write was resent with sequence 1");
+    assert_eq!(
+        seqs,
+        vec![1, 1, 2],
+        "the dropped response's write was resent with sequence 1"
+    );
     assert_eq!(decode_counter(s.kv.get(&b"c"[..]).unwrap()), Some(8));
 }
 
@@ -333,8 +447,14 @@ async fn upsert_with_session_sent_twice_applies_once() {
     let ep = serve(FakeNode::leader(&shared)).await;
     let client = Client::builder().endpoints([&ep]).build().await.unwrap();
     let session = client.new_write_session();
-    client.upsert_with_session(&session, "c", UpsertOp::Add(3)).await.unwrap();
-    client.upsert_with_session(&session, "c", UpsertOp::Add(3)).await.unwrap();
+    client
+        .upsert_with_session(&session, "c", UpsertOp::Add(3))
+        .await
+        .unwrap();
+    client
+        .upsert_with_session(&session, "c", UpsertOp::Add(3))
+        .await
+        .unwrap();
     assert_eq!(decode_counter(&client.get("c").await.unwrap().unwrap()), Some(3));
 }
 
@@ -343,11 +463,19 @@ async fn limit_errors_are_final_and_name_the_limit() {
     let shared = Arc::new(Mutex::new(Shared::default()));
     let leader = FakeNode::leader(&shared);
     let ep = serve(leader.clone()).await;
-    let client = Client::builder().endpoints([&ep]).retry(quick_policy(5)).build().await.unwrap();
+    let client = Client::builder()
+        .endpoints([&ep])
+        .retry(quick_policy(5))
+        .build()
+        .await
+        .unwrap();
     let err = client.put("a-key-that-is-way-too-long", "v").await.unwrap_err();
     assert_eq!(
         err,
-        Error::InvalidArgument { message: "key is 26 bytes".into(), limit: Some("max_key_bytes".into()) }
+        Error::InvalidArgument {
+            message: "key is 26 bytes".into(),
+            limit: Some("max_key_bytes".into())
+        }
     );
     assert_eq!(leader.requests.load(Ordering::SeqCst), 1, "never retried");
 }
@@ -357,10 +485,15 @@ async fn scan_all_follows_continuations() {
     let shared = Arc::new(Mutex::new(Shared::default()));
     let ep = serve(FakeNode::leader(&shared)).await;
     let client = Client::builder().endpoints([&ep]).build().await.unwrap();
-    let ops: Vec<_> = (0..25).map(|i| ftkv_client::Op::put(format!("p/{i:02}"), format!("{i}"))).collect();
+    let ops: Vec<_> = (0..25)
+        .map(|i| ftkv_client::Op::put(format!("p/{i:02}"), format!("{i}")))
+        .collect();
     client.write(ops).await.unwrap();
     client.put("q", "other").await.unwrap();
-    let opts = ftkv_client::ScanOptions { limit: 4, ..Default::default() };
+    let opts = ftkv_client::ScanOptions {
+        limit: 4,
+        ..Default::default()
+    };
     let all = client.scan_prefix("p/", 0, opts).await.unwrap();
     assert_eq!(all.len(), 25);
     assert_eq!(all[24].key, b"p/24".to_vec());
@@ -378,9 +511,24 @@ async fn status_all_asks_every_member() {
     let leader_ep = serve(leader.clone()).await;
     let follower_ep = serve(FakeNode::follower(2, &leader_ep, &shared)).await;
     *leader.members.lock().unwrap() = vec![
-        pb::Member { id: 1, client_endpoint: leader_ep.clone(), peer_endpoint: "x:1".into(), is_voter: true },
-        pb::Member { id: 2, client_endpoint: follower_ep.clone(), peer_endpoint: "x:2".into(), is_voter: true },
-        pb::Member { id: 3, client_endpoint: "127.0.0.1:1".into(), peer_endpoint: "x:3".into(), is_voter: true },
+        pb::Member {
+            id: 1,
+            client_endpoint: leader_ep.clone(),
+            peer_endpoint: "x:1".into(),
+            is_voter: true,
+        },
+        pb::Member {
+            id: 2,
+            client_endpoint: follower_ep.clone(),
+            peer_endpoint: "x:2".into(),
+            is_voter: true,
+        },
+        pb::Member {
+            id: 3,
+            client_endpoint: "127.0.0.1:1".into(),
+            peer_endpoint: "x:3".into(),
+            is_voter: true,
+        },
     ];
     let client = Client::builder().endpoints([&leader_ep]).build().await.unwrap();
     let all = client.status_all().await;

@@ -242,7 +242,10 @@ impl Cluster {
         let dir = tempfile::Builder::new()
             .prefix("ftkv-cluster-")
             .tempdir()
-            .map_err(|source| FixtureError::Io { context: "creating the cluster folder".into(), source })?;
+            .map_err(|source| FixtureError::Io {
+                context: "creating the cluster folder".into(),
+                source,
+            })?;
         let count = options.nodes.max(1);
         let ports = free_ports(&options.host, count * 3)?;
         let mut slots = BTreeMap::new();
@@ -251,7 +254,14 @@ impl Cluster {
             let info = node_info(dir.path(), &options.host, id, &ports[index * 3..index * 3 + 3]);
             slots.insert(
                 id,
-                Slot { info, initial_state: "new", child: None, paused: false, starts: 0, last_exit: None },
+                Slot {
+                    info,
+                    initial_state: "new",
+                    child: None,
+                    paused: false,
+                    starts: 0,
+                    last_exit: None,
+                },
             );
         }
         let initial_cluster = slots
@@ -301,7 +311,10 @@ impl Cluster {
 
     /// Client endpoints `host:port` of every node, by ascending id.
     pub fn endpoints(&self) -> Vec<String> {
-        self.lock().values().map(|slot| slot.info.client_addr.clone()).collect()
+        self.lock()
+            .values()
+            .map(|slot| slot.info.client_addr.clone())
+            .collect()
     }
 
     /// Client endpoint `host:port` of node `id`.
@@ -322,7 +335,10 @@ impl Cluster {
     /// A client that knows only node `id`'s endpoint (it may still learn the leader's from a
     /// `NOT_LEADER` redirect for writes).
     pub async fn client_for(&self, id: u64) -> Result<ftkv_client::Client, FixtureError> {
-        Ok(ftkv_client::Client::builder().endpoints([self.endpoint(id)?]).build().await?)
+        Ok(ftkv_client::Client::builder()
+            .endpoints([self.endpoint(id)?])
+            .build()
+            .await?)
     }
 
     /// A raw gRPC `ftkv.v1.Kv` client to exactly node `id` (no redirects, no retries): for
@@ -357,8 +373,11 @@ impl Cluster {
     ) -> Result<BTreeMap<Vec<u8>, Vec<u8>>, FixtureError> {
         use ftkv_proto::v1::{ReadConsistency, ScanRequest};
         let mut kv = self.kv_raw(id).await?;
-        let consistency =
-            if serializable { ReadConsistency::Serializable } else { ReadConsistency::Linearizable };
+        let consistency = if serializable {
+            ReadConsistency::Serializable
+        } else {
+            ReadConsistency::Linearizable
+        };
         let mut pairs = BTreeMap::new();
         let mut cursor = start.to_vec();
         loop {
@@ -384,7 +403,10 @@ impl Cluster {
                 return Ok(pairs);
             }
             if page.next_start <= cursor {
-                return Err(FixtureError::Status { id, message: "scan continuation did not advance".into() });
+                return Err(FixtureError::Status {
+                    id,
+                    message: "scan continuation did not advance".into(),
+                });
             }
             cursor = page.next_start;
         }
@@ -410,7 +432,9 @@ impl Cluster {
 
     /// True while node `id` is stopped by [`Cluster::pause`].
     pub fn is_paused(&self, id: u64) -> bool {
-        self.lock().get(&id).is_some_and(|slot| slot.paused && slot.child.is_some())
+        self.lock()
+            .get(&id)
+            .is_some_and(|slot| slot.paused && slot.child.is_some())
     }
 
     /// Exit status of node `id`'s last run, once it has exited.
@@ -448,20 +472,30 @@ impl Cluster {
     pub async fn stop(&self, id: u64) -> Result<ExitStatus, FixtureError> {
         let pid = self.with_slot(id, |slot| {
             refresh(slot);
-            let pid = slot.child.as_ref().map(Child::id).ok_or(FixtureError::NodeNotRunning { id })?;
+            let pid = slot
+                .child
+                .as_ref()
+                .map(Child::id)
+                .ok_or(FixtureError::NodeNotRunning { id })?;
             if slot.paused {
                 let _ = send_signal(pid, libc::SIGCONT);
                 slot.paused = false;
             }
             Ok(pid)
         })?;
-        send_signal(pid, libc::SIGTERM)
-            .map_err(|source| FixtureError::Io { context: format!("SIGTERM to node {id}"), source })?;
+        send_signal(pid, libc::SIGTERM).map_err(|source| FixtureError::Io {
+            context: format!("SIGTERM to node {id}"),
+            source,
+        })?;
         let deadline = Instant::now() + self.options.wait_timeout;
         loop {
             let exited = self.with_slot(id, |slot| {
                 refresh(slot);
-                Ok(if slot.child.is_none() { slot.last_exit } else { None })
+                Ok(if slot.child.is_none() {
+                    slot.last_exit
+                } else {
+                    None
+                })
             })?;
             if let Some(status) = exited {
                 return Ok(status);
@@ -558,7 +592,8 @@ impl Cluster {
                 .values_mut()
                 .filter_map(|slot| {
                     refresh(slot);
-                    (slot.child.is_some() && !slot.paused).then(|| (slot.info.id, slot.info.client_addr.clone()))
+                    (slot.child.is_some() && !slot.paused)
+                        .then(|| (slot.info.id, slot.info.client_addr.clone()))
                 })
                 .collect()
         };
@@ -668,7 +703,10 @@ impl Cluster {
             let log = self.node_log(id);
             let lines: Vec<&str> = log.lines().filter(|line| line.contains("panicked")).collect();
             if !lines.is_empty() {
-                return Err(FixtureError::Panicked { id, lines: lines.join("\n") });
+                return Err(FixtureError::Panicked {
+                    id,
+                    lines: lines.join("\n"),
+                });
             }
         }
         Ok(())
@@ -693,8 +731,14 @@ impl Cluster {
     /// Prints every node's log tail (`lines` lines each) to stderr.
     pub fn dump_logs(&self, lines: usize) {
         for id in self.ids() {
-            let path = self.node(id).map(|info| info.log_path.display().to_string()).unwrap_or_default();
-            eprintln!("===== node {id} log tail ({path}) =====\n{}", self.log_tail(id, lines));
+            let path = self
+                .node(id)
+                .map(|info| info.log_path.display().to_string())
+                .unwrap_or_default();
+            eprintln!(
+                "===== node {id} log tail ({path}) =====\n{}",
+                self.log_tail(id, lines)
+            );
         }
     }
 
@@ -715,9 +759,15 @@ impl Cluster {
     fn signal_running(&self, id: u64, signal: libc::c_int, paused: bool) -> Result<(), FixtureError> {
         self.with_slot(id, |slot| {
             refresh(slot);
-            let pid = slot.child.as_ref().map(Child::id).ok_or(FixtureError::NodeNotRunning { id })?;
-            send_signal(pid, signal)
-                .map_err(|source| FixtureError::Io { context: format!("signal {signal} to node {id}"), source })?;
+            let pid = slot
+                .child
+                .as_ref()
+                .map(Child::id)
+                .ok_or(FixtureError::NodeNotRunning { id })?;
+            send_signal(pid, signal).map_err(|source| FixtureError::Io {
+                context: format!("signal {signal} to node {id}"),
+                source,
+            })?;
             slot.paused = paused;
             Ok(())
         })
@@ -783,10 +833,17 @@ impl Cluster {
             self.binaries.node.display(),
             args.join(" ")
         );
-        let stderr = log.try_clone().map_err(io_error("cloning the log handle".into()))?;
+        let stderr = log
+            .try_clone()
+            .map_err(io_error("cloning the log handle".into()))?;
         let mut command = Command::new(&self.binaries.node);
-        command.args(&args).stdin(Stdio::null()).stdout(log).stderr(stderr);
-        if std::env::var_os("RUST_LOG").is_none() && !self.options.env.iter().any(|(key, _)| key == "RUST_LOG")
+        command
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(stderr);
+        if std::env::var_os("RUST_LOG").is_none()
+            && !self.options.env.iter().any(|(key, _)| key == "RUST_LOG")
         {
             command.env("RUST_LOG", "info");
         }
@@ -799,8 +856,14 @@ impl Cluster {
     }
 
     fn exited_error(&self, id: u64) -> FixtureError {
-        let status = self.exit_status(id).map_or_else(|| "killed by the fixture".into(), |s| s.to_string());
-        FixtureError::NodeExited { id, status, log_tail: self.log_tail(id, 30) }
+        let status = self
+            .exit_status(id)
+            .map_or_else(|| "killed by the fixture".into(), |s| s.to_string());
+        FixtureError::NodeExited {
+            id,
+            status,
+            log_tail: self.log_tail(id, 30),
+        }
     }
 
     fn fail_if_all_exited(&self) -> Result<(), FixtureError> {
@@ -870,7 +933,10 @@ async fn status_at(id: u64, addr: &str, timeout: Duration) -> Result<StatusRespo
         .map_err(|error| failed(error.to_string()))?
         .connect_timeout(timeout)
         .timeout(timeout);
-    let channel = endpoint.connect().await.map_err(|error| failed(format!("connect {addr}: {error}")))?;
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|error| failed(format!("connect {addr}: {error}")))?;
     let mut client = ClusterClient::new(channel);
     let response = client
         .status(StatusRequest { with_digest: false })
@@ -882,7 +948,13 @@ async fn status_at(id: u64, addr: &str, timeout: Duration) -> Result<StatusRespo
 fn leader_of(statuses: &BTreeMap<u64, Result<StatusResponse, FixtureError>>) -> Option<u64> {
     statuses
         .iter()
-        .filter_map(|(id, status)| status.as_ref().ok().filter(|s| s.is_leader).map(|s| (s.term, *id)))
+        .filter_map(|(id, status)| {
+            status
+                .as_ref()
+                .ok()
+                .filter(|s| s.is_leader)
+                .map(|s| (s.term, *id))
+        })
         .max()
         .map(|(_, id)| id)
 }
@@ -920,26 +992,34 @@ async fn run_ctl(
     let mut command = tokio::process::Command::new(&binaries.ctl);
     command
         .args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let mut child = command
-        .spawn()
-        .map_err(|source| FixtureError::Io { context: format!("spawning ftkvctl {}", args.join(" ")), source })?;
+    let mut child = command.spawn().map_err(|source| FixtureError::Io {
+        context: format!("spawning ftkvctl {}", args.join(" ")),
+        source,
+    })?;
     if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
         // A CLI that rejects its input early may close stdin: a write error is not ours to report.
         let _ = pipe.write_all(input.as_bytes()).await;
         drop(pipe);
     }
-    let output = tokio::time::timeout(timeout, child.wait_with_output()).await.map_err(|_| {
-        FixtureError::Timeout {
+    let output = tokio::time::timeout(timeout, child.wait_with_output())
+        .await
+        .map_err(|_| FixtureError::Timeout {
             what: format!("ftkvctl {}", args.join(" ")),
             waited_ms: timeout.as_millis(),
             last_seen: String::new(),
-        }
+        })?;
+    let output = output.map_err(|source| FixtureError::Io {
+        context: "running ftkvctl".into(),
+        source,
     })?;
-    let output = output.map_err(|source| FixtureError::Io { context: "running ftkvctl".into(), source })?;
     Ok(CtlOutput {
         status: output.status,
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -950,6 +1030,10 @@ async fn run_ctl(
 
 /// Runs `ftkvctl ARGS...` (no implicit `--endpoints`) bounded by `timeout`: for tests of the
 /// CLI's own error handling (unreachable endpoints, bad flags).
-pub async fn run_ftkvctl(args: &[&str], stdin: Option<&str>, timeout: Duration) -> Result<CtlOutput, FixtureError> {
+pub async fn run_ftkvctl(
+    args: &[&str],
+    stdin: Option<&str>,
+    timeout: Duration,
+) -> Result<CtlOutput, FixtureError> {
     run_ctl(&Binaries::locate(), args, stdin, timeout).await
 }

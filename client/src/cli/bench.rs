@@ -137,10 +137,8 @@ fn round3(x: f64) -> f64 {
 }
 
 /// Latency histogram in microseconds, 1 us .. 10 min, 3 significant digits.
-fn new_histogram() -> Histogram<u64> {
-    // Bounds are constants that satisfy hdrhistogram's rules (low >= 1, high >= 2 * low,
-    // sigfig <= 5), so creation cannot fail; fall back to auto-resizing just in case.
-    Histogram::new_with_bounds(1, 600_000_000, 3).unwrap_or_else(|_| Histogram::new(3).unwrap_or_default())
+fn new_histogram() -> anyhow::Result<Histogram<u64>> {
+    Histogram::new_with_bounds(1, 600_000_000, 3).map_err(|e| anyhow::anyhow!("latency histogram: {e:?}"))
 }
 
 /// Summarizes a histogram of microseconds into milliseconds.
@@ -172,8 +170,9 @@ struct Counters {
     first_error: parking_lot::Mutex<Option<String>>,
 }
 
-/// Runs the put benchmark. Never fails: errors are counted in the report.
-pub async fn run_put(client: &Client, cfg: &BenchConfig) -> BenchReport {
+/// Runs the put benchmark. Write errors are counted in the report, not returned.
+pub async fn run_put(client: &Client, cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
+    let template = new_histogram()?;
     let counters = Arc::new(Counters {
         ops: AtomicU64::new(0),
         errors: AtomicU64::new(0),
@@ -190,11 +189,11 @@ pub async fn run_put(client: &Client, cfg: &BenchConfig) -> BenchReport {
         let counters = Arc::clone(&counters);
         let prefix = cfg.key_prefix.clone();
         let value_size = cfg.value_size_bytes;
+        let mut hist = Histogram::new_from(&template);
         tasks.push(tokio::spawn(async move {
             let mut rng = rand::rngs::StdRng::seed_from_u64(rand::random::<u64>() ^ worker as u64);
             let mut value = vec![0u8; value_size];
             rng.fill(value.as_mut_slice());
-            let mut hist = new_histogram();
             while Instant::now() < end {
                 let key = bench_key(&prefix, rng.gen_range(0..key_space));
                 if let Some(first) = value.first_mut() {
@@ -212,11 +211,7 @@ pub async fn run_put(client: &Client, cfg: &BenchConfig) -> BenchReport {
                         if e.is_ambiguous() {
                             counters.ambiguous.fetch_add(1, Ordering::Relaxed);
                         }
-                        let mut first = counters.first_error.lock();
-                        if first.is_none() {
-                            *first = Some(e.to_string());
-                        }
-                        drop(first);
+                        counters.first_error.lock().get_or_insert_with(|| e.to_string());
                         // Do not spin on a dead cluster.
                         tokio::time::sleep(Duration::from_millis(10)).await;
                     }
@@ -252,7 +247,7 @@ pub async fn run_put(client: &Client, cfg: &BenchConfig) -> BenchReport {
         None
     };
 
-    let mut merged = new_histogram();
+    let mut merged = Histogram::new_from(&template);
     for task in tasks {
         match task.await {
             Ok(h) => {
@@ -277,18 +272,22 @@ pub async fn run_put(client: &Client, cfg: &BenchConfig) -> BenchReport {
     let elapsed_s = elapsed.as_secs_f64();
     let ops_per_entry = leader_ops_per_entry(client).await;
     let first_error = counters.first_error.lock().clone();
-    BenchReport {
+    Ok(BenchReport {
         ops,
         errors: counters.errors.load(Ordering::Relaxed),
         ambiguous: counters.ambiguous.load(Ordering::Relaxed),
         elapsed_s,
-        ops_per_sec: if elapsed_s > 0.0 { ops as f64 / elapsed_s } else { 0.0 },
+        ops_per_sec: if elapsed_s > 0.0 {
+            ops as f64 / elapsed_s
+        } else {
+            0.0
+        },
         latency_ms: summarize(&merged),
         clients: cfg.clients.max(1),
         value_size_bytes: cfg.value_size_bytes,
         ops_per_entry,
         first_error,
-    }
+    })
 }
 
 /// `ops_per_entry` from the leader's status, if a leader answers and reports a value > 0.
@@ -307,7 +306,7 @@ mod tests {
 
     #[test]
     fn summary_in_milliseconds() {
-        let mut h = new_histogram();
+        let mut h = new_histogram().unwrap();
         for us in [1000u64, 2000, 3000, 4000, 100_000] {
             h.record(us).unwrap();
         }
@@ -317,12 +316,17 @@ mod tests {
         assert!((l.p50 - 3.0).abs() < 0.01, "{l:?}");
         assert!((l.avg - 22.0).abs() < 0.1, "{l:?}");
         assert!(l.p95 >= l.p50 && l.p99 >= l.p95 && l.max >= l.p99);
-        assert_eq!(summarize(&new_histogram()), LatencyMs::default());
+        assert_eq!(summarize(&new_histogram().unwrap()), LatencyMs::default());
     }
 
     #[test]
     fn report_json_has_the_contract_fields() {
-        let r = BenchReport { ops: 10, errors: 1, ops_per_sec: 5.0, ..Default::default() };
+        let r = BenchReport {
+            ops: 10,
+            errors: 1,
+            ops_per_sec: 5.0,
+            ..Default::default()
+        };
         let v = r.to_json();
         for f in ["ops", "ops_per_sec", "errors"] {
             assert!(v.get(f).is_some(), "missing {f}");

@@ -31,16 +31,23 @@ pub fn encode(bytes: &[u8]) -> String {
 
 /// Decodes hex (either case, optional `0x` prefix, no separators). `""` is the empty string.
 pub fn decode(text: &str) -> Result<Vec<u8>, HexError> {
-    let digits = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")).unwrap_or(text);
+    let digits = text
+        .strip_prefix("0x")
+        .or_else(|| text.strip_prefix("0X"))
+        .unwrap_or(text);
     let chars: Vec<char> = digits.chars().collect();
-    if chars.len() % 2 != 0 {
+    if chars.len() % 2 == 1 {
         return Err(HexError::OddLength(text.to_string()));
     }
     let mut out = Vec::with_capacity(chars.len() / 2);
     for (i, pair) in chars.chunks(2).enumerate() {
         let mut byte = 0u8;
         for (j, &ch) in pair.iter().enumerate() {
-            let v = ch.to_digit(16).ok_or(HexError::BadDigit { text: text.to_string(), ch, position: i * 2 + j })?;
+            let v = ch.to_digit(16).ok_or(HexError::BadDigit {
+                text: text.to_string(),
+                ch,
+                position: i * 2 + j,
+            })?;
             // to_digit(16) is < 16, so the narrowing cannot lose bits.
             byte = (byte << 4) | (v as u8);
         }
@@ -65,8 +72,22 @@ mod tests {
     #[test]
     fn rejects_bad_input() {
         assert_eq!(decode("abc"), Err(HexError::OddLength("abc".into())));
-        assert_eq!(decode("zz"), Err(HexError::BadDigit { text: "zz".into(), ch: 'z', position: 0 }));
-        assert!(matches!(decode("0a0g"), Err(HexError::BadDigit { ch: 'g', position: 3, .. })));
+        assert_eq!(
+            decode("zz"),
+            Err(HexError::BadDigit {
+                text: "zz".into(),
+                ch: 'z',
+                position: 0
+            })
+        );
+        assert!(matches!(
+            decode("0a0g"),
+            Err(HexError::BadDigit {
+                ch: 'g',
+                position: 3,
+                ..
+            })
+        ));
         assert!(decode("é0").is_err());
         assert!(decode("0a 0b").is_err());
     }

@@ -100,8 +100,10 @@ pub fn kvs(format: Format, bytes: Bytes, pairs: &[KeyValue], keys_only: bool) ->
             json!({ "count": pairs.len(), "kvs": items }).to_string()
         }
         Format::Table => {
-            let rows: Vec<Vec<String>> =
-                pairs.iter().map(|kv| vec![bytes.show(&kv.key), bytes.show(&kv.value)]).collect();
+            let rows: Vec<Vec<String>> = pairs
+                .iter()
+                .map(|kv| vec![bytes.show(&kv.key), bytes.show(&kv.value)])
+                .collect();
             if keys_only {
                 let rows: Vec<Vec<String>> = pairs.iter().map(|kv| vec![bytes.show(&kv.key)]).collect();
                 table(&["KEY"], &rows)
@@ -245,7 +247,10 @@ pub fn membership(format: Format, m: &Membership) -> String {
                     ]
                 })
                 .collect();
-            table(&["ID", "ROLE", "CLIENT ENDPOINT", "PEER ENDPOINT", "IS LEADER"], &rows)
+            table(
+                &["ID", "ROLE", "CLIENT ENDPOINT", "PEER ENDPOINT", "IS LEADER"],
+                &rows,
+            )
         }
     }
 }
@@ -257,7 +262,8 @@ mod tests {
     #[test]
     fn table_aligns_columns() {
         let t = table(&["A", "LONGER"], &[vec!["xyz".into(), "1".into()]]);
-        let expected = "+-----+--------+\n| A   | LONGER |\n+-----+--------+\n| xyz | 1      |\n+-----+--------+";
+        let expected =
+            "+-----+--------+\n| A   | LONGER |\n+-----+--------+\n| xyz | 1      |\n+-----+--------+";
         assert_eq!(t, expected);
     }
 
@@ -270,9 +276,24 @@ mod tests {
 
     #[test]
     fn status_json_has_the_contract_fields() {
-        let s = NodeStatus { node_id: 2, endpoint: "h:1".into(), is_leader: true, engine: "sled".into(), ..Default::default() };
+        let s = NodeStatus {
+            node_id: 2,
+            endpoint: "h:1".into(),
+            is_leader: true,
+            engine: "sled".into(),
+            ..Default::default()
+        };
         let v = status_json(&s);
-        for field in ["id", "endpoint", "is_leader", "leader_id", "term", "commit_index", "applied_index", "engine"] {
+        for field in [
+            "id",
+            "endpoint",
+            "is_leader",
+            "leader_id",
+            "term",
+            "commit_index",
+            "applied_index",
+            "engine",
+        ] {
             assert!(v.get(field).is_some(), "missing {field}");
         }
         assert_eq!(v["id"], 2);
@@ -283,7 +304,10 @@ mod tests {
 
     #[test]
     fn kvs_formats() {
-        let pairs = vec![KeyValue { key: b"k".to_vec(), value: b"v".to_vec() }];
+        let pairs = vec![KeyValue {
+            key: b"k".to_vec(),
+            value: b"v".to_vec(),
+        }];
         assert_eq!(kvs(Format::Simple, Bytes { hex: false }, &pairs, false), "k\nv");
         assert_eq!(kvs(Format::Simple, Bytes { hex: true }, &pairs, true), "6b");
         let v: Value = serde_json::from_str(&kvs(Format::Json, Bytes { hex: false }, &pairs, false)).unwrap();

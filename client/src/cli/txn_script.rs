@@ -52,7 +52,10 @@ pub fn parse(script: &str, hex: bool) -> Result<Txn, ScriptError> {
             continue;
         }
         saw_content = true;
-        let err = |message: String| ScriptError { line: line_no, message };
+        let err = |message: String| ScriptError {
+            line: line_no,
+            message,
+        };
         match section {
             0 => txn.compares.push(parse_compare(line, hex).map_err(err)?),
             1 => txn.success.push(parse_op(line, hex).map_err(err)?),
@@ -67,7 +70,10 @@ pub fn parse(script: &str, hex: bool) -> Result<Txn, ScriptError> {
         }
     }
     if !saw_content {
-        return Err(ScriptError { line: 1, message: "empty txn script".to_string() });
+        return Err(ScriptError {
+            line: 1,
+            message: "empty txn script".to_string(),
+        });
     }
     Ok(txn)
 }
@@ -76,7 +82,10 @@ pub fn parse(script: &str, hex: bool) -> Result<Txn, ScriptError> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Token {
     /// A bare word or the text of a quoted string (quoted = true).
-    Text { text: String, quoted: bool },
+    Text {
+        text: String,
+        quoted: bool,
+    },
     LParen,
     RParen,
     Bang,
@@ -131,7 +140,10 @@ fn lex_compare(line: &str) -> Result<Vec<Token>, String> {
             }
             '"' => {
                 chars.next();
-                tokens.push(Token::Text { text: read_quoted(&mut chars)?, quoted: true });
+                tokens.push(Token::Text {
+                    text: read_quoted(&mut chars)?,
+                    quoted: true,
+                });
             }
             '=' => {
                 chars.next();
@@ -166,7 +178,10 @@ fn lex_compare(line: &str) -> Result<Vec<Token>, String> {
                     word.push(c);
                     chars.next();
                 }
-                tokens.push(Token::Text { text: word, quoted: false });
+                tokens.push(Token::Text {
+                    text: word,
+                    quoted: false,
+                });
             }
         }
     }
@@ -230,8 +245,10 @@ fn parse_compare(line: &str, hex: bool) -> Result<Compare, String> {
         Some((Token::Bang, rest)) => (true, rest),
         _ => (false, tokens.as_slice()),
     };
-    let [Token::Text { text: func, quoted: false }, Token::LParen, Token::Text { text: key, quoted }, Token::RParen, tail @ ..] =
-        rest
+    let [Token::Text {
+        text: func,
+        quoted: false,
+    }, Token::LParen, Token::Text { text: key, quoted }, Token::RParen, tail @ ..] = rest
     else {
         return Err(usage.to_string());
     };
@@ -243,17 +260,29 @@ fn parse_compare(line: &str, hex: bool) -> Result<Compare, String> {
         ("exists", neg, []) => Ok(Compare {
             key,
             target: CompareTarget::Exists,
-            result: if neg { CompareResult::NotEqual } else { CompareResult::Equal },
+            result: if neg {
+                CompareResult::NotEqual
+            } else {
+                CompareResult::Equal
+            },
             value: Vec::new(),
         }),
-        ("absent", false, []) => {
-            Ok(Compare { key, target: CompareTarget::Exists, result: CompareResult::NotEqual, value: Vec::new() })
-        }
-        ("value", false, [Token::Cmp(result), Token::Text { text, quoted }]) => {
-            Ok(Compare { key, target: CompareTarget::Value, result: *result, value: to_bytes(text, *quoted, hex)? })
-        }
+        ("absent", false, []) => Ok(Compare {
+            key,
+            target: CompareTarget::Exists,
+            result: CompareResult::NotEqual,
+            value: Vec::new(),
+        }),
+        ("value", false, [Token::Cmp(result), Token::Text { text, quoted }]) => Ok(Compare {
+            key,
+            target: CompareTarget::Value,
+            result: *result,
+            value: to_bytes(text, *quoted, hex)?,
+        }),
         ("value", false, [Token::Cmp(_)]) => Err("missing operand after the comparison operator".to_string()),
-        ("value", false, []) => Err("value(...) needs an operator and an operand, e.g. value(\"k\") = \"v\"".into()),
+        ("value", false, []) => {
+            Err("value(...) needs an operator and an operand, e.g. value(\"k\") = \"v\"".into())
+        }
         ("value" | "exists" | "absent", _, _) => Err(format!("unexpected tokens after {func}(...); {usage}")),
         (other, _, _) => Err(format!("unknown compare target {other:?}; {usage}")),
     }
@@ -269,7 +298,10 @@ fn parse_op(line: &str, hex: bool) -> Result<TxnOp, String> {
         if args.len() == n {
             Ok(())
         } else {
-            Err(format!("{verb} takes {n} argument(s): {form}; got {}", args.len()))
+            Err(format!(
+                "{verb} takes {n} argument(s): {form}; got {}",
+                args.len()
+            ))
         }
     };
     let key = |s: &String| -> Result<Vec<u8>, String> {
@@ -283,7 +315,10 @@ fn parse_op(line: &str, hex: bool) -> Result<TxnOp, String> {
     match verb.as_str() {
         "put" => {
             want(2, "put KEY VALUE")?;
-            Ok(TxnOp::Put { key: key(&args[0])?, value: bytes(&args[1])? })
+            Ok(TxnOp::Put {
+                key: key(&args[0])?,
+                value: bytes(&args[1])?,
+            })
         }
         "del" | "delete" => {
             want(1, "del KEY")?;
@@ -295,24 +330,41 @@ fn parse_op(line: &str, hex: bool) -> Result<TxnOp, String> {
         }
         "add" => {
             want(2, "add KEY N")?;
-            let n: i64 = args[1].parse().map_err(|_| format!("add needs an integer, got {:?}", args[1]))?;
-            Ok(TxnOp::Upsert { key: key(&args[0])?, op: UpsertOp::Add(n) })
+            let n: i64 = args[1]
+                .parse()
+                .map_err(|_| format!("add needs an integer, got {:?}", args[1]))?;
+            Ok(TxnOp::Upsert {
+                key: key(&args[0])?,
+                op: UpsertOp::Add(n),
+            })
         }
         "append" => {
             want(2, "append KEY VALUE")?;
-            Ok(TxnOp::Upsert { key: key(&args[0])?, op: UpsertOp::Append(bytes(&args[1])?) })
+            Ok(TxnOp::Upsert {
+                key: key(&args[0])?,
+                op: UpsertOp::Append(bytes(&args[1])?),
+            })
         }
         "set-if-absent" => {
             want(2, "set-if-absent KEY VALUE")?;
-            Ok(TxnOp::Upsert { key: key(&args[0])?, op: UpsertOp::SetIfAbsent(bytes(&args[1])?) })
+            Ok(TxnOp::Upsert {
+                key: key(&args[0])?,
+                op: UpsertOp::SetIfAbsent(bytes(&args[1])?),
+            })
         }
         "max" => {
             want(2, "max KEY VALUE")?;
-            Ok(TxnOp::Upsert { key: key(&args[0])?, op: UpsertOp::Max(bytes(&args[1])?) })
+            Ok(TxnOp::Upsert {
+                key: key(&args[0])?,
+                op: UpsertOp::Max(bytes(&args[1])?),
+            })
         }
         "del-range" => {
             want(2, "del-range START END")?;
-            Ok(TxnOp::DeleteRange { start: bytes(&args[0])?, end: bytes(&args[1])? })
+            Ok(TxnOp::DeleteRange {
+                start: bytes(&args[0])?,
+                end: bytes(&args[1])?,
+            })
         }
         other => Err(format!(
             "unknown op {other:?}; expected put, del, get, add, append, set-if-absent, max or del-range"
@@ -326,7 +378,8 @@ mod tests {
 
     #[test]
     fn full_script() {
-        let script = "# guard\nvalue(\"user/1\") = \"alice\"\nexists(lock)\n!exists(\"gone\")\nvalue(n) > 5\n\n\
+        let script =
+            "# guard\nvalue(\"user/1\") = \"alice\"\nexists(lock)\n!exists(\"gone\")\nvalue(n) > 5\n\n\
                       put user/1 bob\nadd visits -3\nget \"user/1\"\n\nget user/1\ndel-range a \"\"\n";
         let t = parse(script, false).unwrap();
         assert_eq!(
@@ -341,14 +394,30 @@ mod tests {
         assert_eq!(
             t.success,
             vec![
-                TxnOp::Put { key: b"user/1".to_vec(), value: b"bob".to_vec() },
-                TxnOp::Upsert { key: b"visits".to_vec(), op: UpsertOp::Add(-3) },
-                TxnOp::Get { key: b"user/1".to_vec() },
+                TxnOp::Put {
+                    key: b"user/1".to_vec(),
+                    value: b"bob".to_vec()
+                },
+                TxnOp::Upsert {
+                    key: b"visits".to_vec(),
+                    op: UpsertOp::Add(-3)
+                },
+                TxnOp::Get {
+                    key: b"user/1".to_vec()
+                },
             ]
         );
         assert_eq!(
             t.failure,
-            vec![TxnOp::Get { key: b"user/1".to_vec() }, TxnOp::DeleteRange { start: b"a".to_vec(), end: vec![] }]
+            vec![
+                TxnOp::Get {
+                    key: b"user/1".to_vec()
+                },
+                TxnOp::DeleteRange {
+                    start: b"a".to_vec(),
+                    end: vec![]
+                }
+            ]
         );
     }
 
@@ -358,26 +427,59 @@ mod tests {
         let results: Vec<_> = t.compares.iter().map(|c| c.result).collect();
         assert_eq!(
             results,
-            vec![CompareResult::NotEqual, CompareResult::Equal, CompareResult::Less, CompareResult::NotEqual]
+            vec![
+                CompareResult::NotEqual,
+                CompareResult::Equal,
+                CompareResult::Less,
+                CompareResult::NotEqual
+            ]
         );
         assert!(t.success.is_empty() && t.failure.is_empty());
         // Leading blank line: no compares, straight to success ops.
-        let t = parse("\nput a 1\nappend a \"x y\"\nset-if-absent b 2\nmax c zz\ndel a\n", false).unwrap();
+        let t = parse(
+            "\nput a 1\nappend a \"x y\"\nset-if-absent b 2\nmax c zz\ndel a\n",
+            false,
+        )
+        .unwrap();
         assert!(t.compares.is_empty());
         assert_eq!(t.success.len(), 5);
-        assert_eq!(t.success[1], TxnOp::Upsert { key: b"a".to_vec(), op: UpsertOp::Append(b"x y".to_vec()) });
+        assert_eq!(
+            t.success[1],
+            TxnOp::Upsert {
+                key: b"a".to_vec(),
+                op: UpsertOp::Append(b"x y".to_vec())
+            }
+        );
     }
 
     #[test]
     fn escapes_and_hex() {
         let t = parse("\nput \"a\\\"b\" \"\\x00\\xff\"\n", false).unwrap();
-        assert_eq!(t.success[0], TxnOp::Put { key: b"a\"b".to_vec(), value: vec![0x00, 0xff] });
+        assert_eq!(
+            t.success[0],
+            TxnOp::Put {
+                key: b"a\"b".to_vec(),
+                value: vec![0x00, 0xff]
+            }
+        );
         let t = parse("value(\"6b\") = 0x76\n\nput 6b 00ff\n", true).unwrap();
         assert_eq!(t.compares[0], Compare::value("k", CompareResult::Equal, "v"));
-        assert_eq!(t.success[0], TxnOp::Put { key: b"k".to_vec(), value: vec![0x00, 0xff] });
+        assert_eq!(
+            t.success[0],
+            TxnOp::Put {
+                key: b"k".to_vec(),
+                value: vec![0x00, 0xff]
+            }
+        );
         // Non-ASCII text stays UTF-8.
         let t = parse("\nput k \"héllo €\"\n", false).unwrap();
-        assert_eq!(t.success[0], TxnOp::Put { key: b"k".to_vec(), value: "héllo €".as_bytes().to_vec() });
+        assert_eq!(
+            t.success[0],
+            TxnOp::Put {
+                key: b"k".to_vec(),
+                value: "héllo €".as_bytes().to_vec()
+            }
+        );
     }
 
     #[test]
@@ -388,7 +490,10 @@ mod tests {
 
     fn err_line(script: &str) -> (usize, String) {
         let e = parse(script, false).unwrap_err();
-        assert!(e.to_string().starts_with(&format!("txn script line {}:", e.line)), "{e}");
+        assert!(
+            e.to_string().starts_with(&format!("txn script line {}:", e.line)),
+            "{e}"
+        );
         (e.line, e.message)
     }
 

@@ -49,10 +49,6 @@ impl EntryIndex {
         self.last_index().map(|l| l + 1)
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.entries.len()
-    }
-
     pub(crate) fn cached_bytes(&self) -> u64 {
         self.cached_bytes
     }

@@ -56,6 +56,7 @@ pub struct SessionTable {
 
 impl SessionTable {
     /// Number of clients remembered.
+    #[cfg(test)]
     pub fn client_count(&self) -> usize {
         self.clients.len()
     }

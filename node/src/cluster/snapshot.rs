@@ -89,12 +89,18 @@ fn corrupt(path: &Path, detail: impl Into<String>) -> SnapshotError {
     }
 }
 
-/// Removes unfinished `*.tmp` files left by a crash.
+/// Creates `dir` and removes unfinished `*.tmp` files left by a crash.
 pub fn clean_dir(dir: &Path) -> Result<(), SnapshotError> {
     fs::create_dir_all(dir).map_err(io_err(dir))?;
+    remove_tmp_files(dir, "")
+}
+
+/// Removes the `*.tmp` files of `dir` whose names start with `prefix`.
+pub fn remove_tmp_files(dir: &Path, prefix: &str) -> Result<(), SnapshotError> {
     for entry in fs::read_dir(dir).map_err(io_err(dir))? {
         let path = entry.map_err(io_err(dir))?.path();
-        if path.extension().is_some_and(|e| e == "tmp") {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if name.starts_with(prefix) && name.ends_with(".tmp") {
             fs::remove_file(&path).map_err(io_err(&path))?;
         }
     }

@@ -396,6 +396,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotFile>, StorageError> {
+        // openraft receives one snapshot at a time: a new transfer abandons any earlier one.
+        let dir = self.shared.dir.clone();
+        tokio::task::spawn_blocking(move || snapshot::remove_tmp_files(&dir, "receiving-"))
+            .await
+            .map_err(snapshot_error)?
+            .map_err(snapshot_error)?;
         let path = self.shared.dir.join(format!("receiving-{}.tmp", self.next_seq()));
         let file = SnapshotFile::create(path).await.map_err(snapshot_error)?;
         Ok(Box::new(file))

@@ -120,7 +120,16 @@ pub struct Op {
 impl Op {
     /// A new event with index and time left at 0 (the [`Recorder`] fills them in).
     pub fn new(process: Process, op_type: OpType, f: &str, key: Option<Value>, value: Value) -> Self {
-        Op { index: 0, time_ns: 0, process, op_type, f: f.to_string(), key, value, error: None }
+        Op {
+            index: 0,
+            time_ns: 0,
+            process,
+            op_type,
+            f: f.to_string(),
+            key,
+            value,
+            error: None,
+        }
     }
 
     /// The same op with `error` set.
@@ -154,7 +163,10 @@ pub struct Pair {
 impl Pair {
     /// The completion type; an op never completed counts as `info`.
     pub fn outcome(&self, history: &History) -> OpType {
-        self.complete.and_then(|c| history.ops.get(c)).map(|o| o.op_type).unwrap_or(OpType::Info)
+        self.complete
+            .and_then(|c| history.ops.get(c))
+            .map(|o| o.op_type)
+            .unwrap_or(OpType::Info)
     }
 }
 
@@ -179,7 +191,10 @@ impl History {
             match op.op_type {
                 OpType::Invoke => {
                     pair_of_invoke.insert(i, pairs.len());
-                    pairs.push(Pair { invoke: i, complete: None });
+                    pairs.push(Pair {
+                        invoke: i,
+                        complete: None,
+                    });
                     open.insert(op.process, i);
                 }
                 _ => {
@@ -200,7 +215,11 @@ impl History {
     pub fn client_pairs(&self) -> Vec<Pair> {
         self.pairs()
             .into_iter()
-            .filter(|p| self.ops.get(p.invoke).is_some_and(|o| o.process != Process::Nemesis))
+            .filter(|p| {
+                self.ops
+                    .get(p.invoke)
+                    .is_some_and(|o| o.process != Process::Nemesis)
+            })
             .collect()
     }
 
@@ -222,7 +241,8 @@ impl History {
             if line.trim().is_empty() {
                 continue;
             }
-            let op: Op = serde_json::from_str(&line).map_err(|source| HistoryError::Parse { line: n + 1, source })?;
+            let op: Op =
+                serde_json::from_str(&line).map_err(|source| HistoryError::Parse { line: n + 1, source })?;
             ops.push(op);
         }
         Ok(History { ops })
@@ -287,7 +307,9 @@ impl Recorder {
 
     /// A copy of the history so far.
     pub fn snapshot(&self) -> History {
-        History { ops: self.inner.ops.lock().unwrap_or_else(|e| e.into_inner()).clone() }
+        History {
+            ops: self.inner.ops.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        }
     }
 
     /// Number of events so far.
@@ -326,7 +348,13 @@ mod tests {
     fn jsonl_round_trip_and_exact_field_names() {
         let mut h = History::default();
         h.push(invoke(0, "put", Some(json!("k1")), json!(3)));
-        h.push(Op::new(Process::Nemesis, OpType::Info, "kill", None, json!({"node": 2})));
+        h.push(Op::new(
+            Process::Nemesis,
+            OpType::Info,
+            "kill",
+            None,
+            json!({"node": 2}),
+        ));
         h.push(done(0, OpType::Info, "put", Some(json!("k1")), json!(3)).with_error("timeout"));
         let mut buf = Vec::new();
         h.write_jsonl(&mut buf).unwrap();
@@ -343,7 +371,8 @@ mod tests {
 
     #[test]
     fn bad_line_is_reported_with_its_number() {
-        let input = b"{\"index\":0,\"time_ns\":1,\"process\":0,\"type\":\"invoke\",\"f\":\"get\"}\nnot json\n";
+        let input =
+            b"{\"index\":0,\"time_ns\":1,\"process\":0,\"type\":\"invoke\",\"f\":\"get\"}\nnot json\n";
         match History::read_jsonl(&input[..]) {
             Err(HistoryError::Parse { line, .. }) => assert_eq!(line, 2),
             other => panic!("expected a parse error, got {other:?}"),
@@ -360,9 +389,27 @@ mod tests {
         h.push(done(0, OpType::Ok, "put", None, json!(1)));
         let pairs = h.pairs();
         assert_eq!(pairs.len(), 3);
-        assert_eq!(pairs[0], Pair { invoke: 0, complete: Some(4) });
-        assert_eq!(pairs[1], Pair { invoke: 1, complete: Some(2) });
-        assert_eq!(pairs[2], Pair { invoke: 3, complete: None });
+        assert_eq!(
+            pairs[0],
+            Pair {
+                invoke: 0,
+                complete: Some(4)
+            }
+        );
+        assert_eq!(
+            pairs[1],
+            Pair {
+                invoke: 1,
+                complete: Some(2)
+            }
+        );
+        assert_eq!(
+            pairs[2],
+            Pair {
+                invoke: 3,
+                complete: None
+            }
+        );
         assert_eq!(pairs[2].outcome(&h), OpType::Info);
     }
 

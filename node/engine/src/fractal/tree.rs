@@ -168,6 +168,14 @@ impl Tree {
     /// Moves every message of buffer `i` into child `i` (applying them if it is a leaf), then
     /// cascades, splits or merges the child.
     fn flush_into_child(&mut self, parent: &mut Internal, i: usize, ce: Edges) -> Result<()> {
+        self.flush_into_child_inner(parent, i, ce, true)
+    }
+
+    /// `may_merge`: an underfull child merges with a neighbour after the flush. Before a merge the
+    /// neighbour's buffer is flushed too, so both parent buffers are empty and every message that
+    /// later enters the merged subtree is newer than all it holds (the MSN invariant that lets a
+    /// split leaf give all its basements the leaf's highest MSN).
+    fn flush_into_child_inner(&mut self, parent: &mut Internal, i: usize, ce: Edges, may_merge: bool) -> Result<()> {
         let (Some(buf), Some(&cid)) = (parent.buffers.get_mut(i), parent.children.get(i)) else {
             return Err(corrupt(format!("node child {i}"), "flush of a missing child"));
         };
@@ -197,8 +205,19 @@ impl Tree {
         let underfull = extras.is_empty() && self.is_underfull(&child);
         self.store.put(cid, child);
         self.insert_siblings(parent, i, extras);
-        if underfull && parent.children.len() > 1 {
-            self.merge_children(parent, i)?;
+        if may_merge && underfull && parent.children.len() > 1 {
+            let j = if i + 1 < parent.children.len() { i + 1 } else { i - 1 };
+            if parent.buffers.get(j).is_some_and(|b| !b.is_empty()) {
+                let je = Edges { left: false, right: false };
+                self.flush_into_child_inner(parent, j, je, false)?;
+            }
+            // The neighbour may have split; find the child again and merge with an adjacent
+            // child whose buffer is empty.
+            let Some(i) = parent.children.iter().position(|&c| c == cid) else { return Ok(()) };
+            let j = if i + 1 < parent.children.len() { i + 1 } else { i.wrapping_sub(1) };
+            if parent.buffers.get(j).is_some_and(Buffer::is_empty) && parent.buffers.get(i).is_some_and(Buffer::is_empty) {
+                self.merge_children(parent, i.min(j))?;
+            }
         }
         Ok(())
     }
@@ -221,8 +240,11 @@ impl Tree {
     }
 
     /// Merges child `i` with a neighbour (their buffers merge too), re-splitting if too big.
-    fn merge_children(&mut self, parent: &mut Internal, i: usize) -> Result<()> {
-        let (a, b) = if i + 1 < parent.children.len() { (i, i + 1) } else { (i - 1, i) };
+    fn merge_children(&mut self, parent: &mut Internal, a: usize) -> Result<()> {
+        let b = a + 1;
+        if b >= parent.children.len() {
+            return Ok(());
+        }
         let (a_id, b_id) = (parent.children[a], parent.children[b]);
         let mut left = self.store.take(a_id)?;
         let right = match self.store.take(b_id) {

@@ -239,7 +239,9 @@ pub fn check(history: &History) -> CheckResult {
     let mut txns: Vec<Txn> = Vec::new();
     let mut parse_errors = Vec::new();
     for pair in history.client_pairs() {
-        let Some(inv) = history.ops.get(pair.invoke) else { continue };
+        let Some(inv) = history.ops.get(pair.invoke) else {
+            continue;
+        };
         if inv.f != "txn" {
             continue;
         }
@@ -309,17 +311,26 @@ pub fn check(history: &History) -> CheckResult {
                         }
                     };
                     if !expected_ok {
-                        note("internal", json!({"txn": txn.invoke_index, "key": k, "read": list}));
+                        note(
+                            "internal",
+                            json!({"txn": txn.invoke_index, "key": k, "read": list}),
+                        );
                     }
                     known.insert(k, list.clone());
                     let mut seen = BTreeSet::new();
                     for &e in list {
                         if !seen.insert(e) {
-                            note("duplicate-elements", json!({"txn": txn.invoke_index, "key": k, "element": e}));
+                            note(
+                                "duplicate-elements",
+                                json!({"txn": txn.invoke_index, "key": k, "element": e}),
+                            );
                         }
                         observed.insert((k.clone(), e));
                         match writer.get(&(k.clone(), e)) {
-                            None => note("garbage", json!({"txn": txn.invoke_index, "key": k, "element": e})),
+                            None => note(
+                                "garbage",
+                                json!({"txn": txn.invoke_index, "key": k, "element": e}),
+                            ),
                             Some(&w) if txns[w].outcome == OpType::Fail => note(
                                 "G1a",
                                 json!({"reader": txn.invoke_index, "writer": txns[w].invoke_index, "key": k, "element": e}),
@@ -352,23 +363,28 @@ pub fn check(history: &History) -> CheckResult {
         let longest = reads.iter().max_by_key(|r| r.len()).cloned().unwrap_or_default();
         for r in reads {
             if !longest.starts_with(r) {
-                note("incompatible-order", json!({"key": k, "read": r, "longest": longest}));
+                note(
+                    "incompatible-order",
+                    json!({"key": k, "read": r, "longest": longest}),
+                );
             }
         }
         order.insert(k.clone(), longest);
     }
 
     // Committed txns: ok, or info/fail whose appends were observed (fail ones are G1a above).
-    let committed: BTreeSet<usize> = txns
-        .iter()
-        .enumerate()
-        .filter(|(_, txn)| {
-            txn.outcome == OpType::Ok
-                || (txn.outcome == OpType::Info
-                    && txn.mops.iter().any(|m| matches!(m, MicroOp::Append(k, v) if observed.contains(&(k.clone(), *v)))))
-        })
-        .map(|(t, _)| t)
-        .collect();
+    let committed: BTreeSet<usize> =
+        txns.iter()
+            .enumerate()
+            .filter(|(_, txn)| {
+                txn.outcome == OpType::Ok
+                    || (txn.outcome == OpType::Info
+                        && txn.mops.iter().any(
+                            |m| matches!(m, MicroOp::Append(k, v) if observed.contains(&(k.clone(), *v))),
+                        ))
+            })
+            .map(|(t, _)| t)
+            .collect();
 
     let mut graph = Graph::default();
     // Unobserved committed appends per key (after the version order, order among them unknown).
@@ -415,7 +431,11 @@ pub fn check(history: &History) -> CheckResult {
                 }
             }
             None => {
-                for &w in unobserved.get(k).map(|s| s.iter().collect::<Vec<_>>()).unwrap_or_default() {
+                for &w in unobserved
+                    .get(k)
+                    .map(|s| s.iter().collect::<Vec<_>>())
+                    .unwrap_or_default()
+                {
                     graph.add(*reader, w, RW);
                 }
             }
@@ -455,7 +475,9 @@ pub fn check(history: &History) -> CheckResult {
     let components = sccs(&committed, &full_adj);
     let describe = |cyc: &[(usize, u8)]| -> Value {
         Value::Array(
-            cyc.iter().map(|&(t, m)| json!({"txn": txns[t].invoke_index, "edge_to_next": edge_name(m)})).collect(),
+            cyc.iter()
+                .map(|&(t, m)| json!({"txn": txns[t].invoke_index, "edge_to_next": edge_name(m)}))
+                .collect(),
         )
     };
     for comp in &components {
@@ -478,7 +500,10 @@ pub fn check(history: &History) -> CheckResult {
                 })
             });
         if let Some((name, cyc)) = found {
-            note(name, json!({"cycle": describe(&cyc), "component_size": comp.len()}));
+            note(
+                name,
+                json!({"cycle": describe(&cyc), "component_size": comp.len()}),
+            );
         }
     }
 
@@ -497,7 +522,10 @@ pub fn check(history: &History) -> CheckResult {
             graph.edges.len()
         )
     } else {
-        format!("anomalies: {}", anomalies.keys().cloned().collect::<Vec<_>>().join(", "))
+        format!(
+            "anomalies: {}",
+            anomalies.keys().cloned().collect::<Vec<_>>().join(", ")
+        )
     };
     CheckResult::new(
         "append",
@@ -533,14 +561,24 @@ mod tests {
     }
 
     fn kinds(r: &CheckResult) -> Vec<String> {
-        r.details["anomaly_types"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect()
+        r.details["anomaly_types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
     }
 
     #[test]
     fn serial_history_is_valid() {
         let mut h = History::default();
         txn(&mut h, 0, OpType::Ok, json!([["append", 1, 1], ["r", 2, []]]));
-        txn(&mut h, 1, OpType::Ok, json!([["r", 1, [1]], ["append", 2, 1], ["append", 1, 2]]));
+        txn(
+            &mut h,
+            1,
+            OpType::Ok,
+            json!([["r", 1, [1]], ["append", 2, 1], ["append", 1, 2]]),
+        );
         txn(&mut h, 0, OpType::Ok, json!([["r", 1, [1, 2]], ["r", 2, [1]]]));
         let r = check(&h);
         assert_eq!(r.verdict, Verdict::Valid, "{}", r.details);
@@ -570,7 +608,11 @@ mod tests {
     #[test]
     fn intermediate_read_g1b_is_rejected() {
         let mut h = History::default();
-        concurrent(&mut h, json!([["append", 1, 1], ["append", 1, 2]]), json!([["r", 1, [1]]]));
+        concurrent(
+            &mut h,
+            json!([["append", 1, 1], ["append", 1, 2]]),
+            json!([["r", 1, [1]]]),
+        );
         assert!(kinds(&check(&h)).contains(&"G1b".to_string()));
     }
 
@@ -589,7 +631,11 @@ mod tests {
     fn g_single_read_skew_is_rejected() {
         // T0 appends x=1 and y=1; T1 sees x's append but not y's.
         let mut h = History::default();
-        concurrent(&mut h, json!([["append", "x", 1], ["append", "y", 1]]), json!([["r", "x", [1]], ["r", "y", []]]));
+        concurrent(
+            &mut h,
+            json!([["append", "x", 1], ["append", "y", 1]]),
+            json!([["r", "x", [1]], ["r", "y", []]]),
+        );
         txn(&mut h, 2, OpType::Ok, json!([["r", "y", [1]]]));
         let r = check(&h);
         assert_eq!(kinds(&r), vec!["G-single"], "{}", r.details);
@@ -598,7 +644,11 @@ mod tests {
     #[test]
     fn write_skew_g2_is_rejected() {
         let mut h = History::default();
-        concurrent(&mut h, json!([["r", "x", []], ["append", "y", 1]]), json!([["r", "y", []], ["append", "x", 1]]));
+        concurrent(
+            &mut h,
+            json!([["r", "x", []], ["append", "y", 1]]),
+            json!([["r", "y", []], ["append", "x", 1]]),
+        );
         txn(&mut h, 2, OpType::Ok, json!([["r", "x", [1]], ["r", "y", [1]]]));
         let r = check(&h);
         assert_eq!(kinds(&r), vec!["G2"], "{}", r.details);
@@ -612,7 +662,12 @@ mod tests {
             json!([["append", "x", 1], ["append", "y", 1]]),
             json!([["append", "x", 2], ["append", "y", 2]]),
         );
-        txn(&mut h, 2, OpType::Ok, json!([["r", "x", [1, 2]], ["r", "y", [2, 1]]]));
+        txn(
+            &mut h,
+            2,
+            OpType::Ok,
+            json!([["r", "x", [1, 2]], ["r", "y", [2, 1]]]),
+        );
         let r = check(&h);
         assert!(kinds(&r).contains(&"G0".to_string()), "{}", r.details);
     }
@@ -620,7 +675,11 @@ mod tests {
     #[test]
     fn circular_information_flow_g1c_is_rejected() {
         let mut h = History::default();
-        concurrent(&mut h, json!([["append", "x", 1], ["r", "y", [1]]]), json!([["append", "y", 1], ["r", "x", [1]]]));
+        concurrent(
+            &mut h,
+            json!([["append", "x", 1], ["r", "y", [1]]]),
+            json!([["append", "y", 1], ["r", "x", [1]]]),
+        );
         let r = check(&h);
         assert_eq!(kinds(&r), vec!["G1c"], "{}", r.details);
     }

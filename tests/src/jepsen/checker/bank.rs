@@ -24,7 +24,10 @@ pub fn check(history: &History, options: &BankOptions) -> CheckResult {
     let mut errors = Vec::new();
     let mut reads = 0usize;
     for op in &history.ops {
-        if op.op_type != OpType::Ok || op.f != "read" || op.process == crate::jepsen::history::Process::Nemesis {
+        if op.op_type != OpType::Ok
+            || op.f != "read"
+            || op.process == crate::jepsen::history::Process::Nemesis
+        {
             continue;
         }
         reads += 1;
@@ -56,11 +59,24 @@ pub fn check(history: &History, options: &BankOptions) -> CheckResult {
         Verdict::Valid
     };
     let summary = match errors.first() {
-        Some(e) => format!("{} of {reads} reads broke the invariant; first at op {}: {}", errors.len(), e["index"], e["problems"]),
-        None => format!("{reads} reads, every total {} and no negative balance", options.total),
+        Some(e) => format!(
+            "{} of {reads} reads broke the invariant; first at op {}: {}",
+            errors.len(),
+            e["index"],
+            e["problems"]
+        ),
+        None => format!(
+            "{reads} reads, every total {} and no negative balance",
+            options.total
+        ),
     };
     errors.truncate(50);
-    CheckResult::new("bank", verdict, summary, json!({"reads": reads, "errors": errors}))
+    CheckResult::new(
+        "bank",
+        verdict,
+        summary,
+        json!({"reads": reads, "errors": errors}),
+    )
 }
 
 #[cfg(test)]
@@ -70,7 +86,10 @@ mod tests {
     use serde_json::Value;
 
     fn opts() -> BankOptions {
-        BankOptions { accounts: vec![0, 1, 2], total: 30 }
+        BankOptions {
+            accounts: vec![0, 1, 2],
+            total: 30,
+        }
     }
 
     fn read(h: &mut History, v: Value) {
@@ -82,8 +101,19 @@ mod tests {
     fn constant_totals_are_valid_even_with_ambiguous_transfers() {
         let mut h = History::default();
         read(&mut h, json!({"0": 10, "1": 10, "2": 10}));
-        h.push(invoke(1, "transfer", None, json!({"from": 0, "to": 1, "amount": 5})));
-        h.push(done(1, OpType::Info, "transfer", None, json!({"from": 0, "to": 1, "amount": 5})));
+        h.push(invoke(
+            1,
+            "transfer",
+            None,
+            json!({"from": 0, "to": 1, "amount": 5}),
+        ));
+        h.push(done(
+            1,
+            OpType::Info,
+            "transfer",
+            None,
+            json!({"from": 0, "to": 1, "amount": 5}),
+        ));
         read(&mut h, json!({"0": 5, "1": 15, "2": 10}));
         assert_eq!(check(&h, &opts()).verdict, Verdict::Valid);
     }

@@ -30,17 +30,35 @@ pub struct NodeFinalState {
 /// Checks that every replica reports the same digest at the same applied index.
 pub fn check_convergence(states: &[NodeFinalState]) -> CheckResult {
     if states.is_empty() {
-        return CheckResult::new("convergence", Verdict::Unknown, "no node states gathered", json!({}));
+        return CheckResult::new(
+            "convergence",
+            Verdict::Unknown,
+            "no node states gathered",
+            json!({}),
+        );
     }
-    let silent: Vec<&str> = states.iter().filter(|s| s.digest.is_none()).map(|s| s.node.as_str()).collect();
+    let silent: Vec<&str> = states
+        .iter()
+        .filter(|s| s.digest.is_none())
+        .map(|s| s.node.as_str())
+        .collect();
     let first = &states[0];
-    let diverged = states.iter().any(|s| s.digest != first.digest || s.applied_index != first.applied_index);
+    let diverged = states
+        .iter()
+        .any(|s| s.digest != first.digest || s.applied_index != first.applied_index);
     let (verdict, summary) = if !silent.is_empty() {
         (Verdict::Invalid, format!("no digest from {}", silent.join(", ")))
     } else if diverged {
         let desc: Vec<String> = states
             .iter()
-            .map(|s| format!("{}@{}={:016x}", s.node, s.applied_index.unwrap_or(0), s.digest.unwrap_or(0)))
+            .map(|s| {
+                format!(
+                    "{}@{}={:016x}",
+                    s.node,
+                    s.applied_index.unwrap_or(0),
+                    s.digest.unwrap_or(0)
+                )
+            })
             .collect();
         (Verdict::Invalid, format!("replicas differ: {}", desc.join(" ")))
     } else {
@@ -65,7 +83,13 @@ pub fn check_liveness(states: &[NodeFinalState], bound_ms: u64) -> CheckResult {
     let late: Vec<String> = states
         .iter()
         .filter(|s| s.first_served_ms.is_none_or(|ms| ms > bound_ms))
-        .map(|s| format!("{} ({})", s.node, s.error.clone().unwrap_or_else(|| "late".into())))
+        .map(|s| {
+            format!(
+                "{} ({})",
+                s.node,
+                s.error.clone().unwrap_or_else(|| "late".into())
+            )
+        })
         .collect();
     let slowest = states.iter().filter_map(|s| s.first_served_ms).max().unwrap_or(0);
     if late.is_empty() {
@@ -102,7 +126,11 @@ mod tests {
 
     #[test]
     fn equal_digests_converge() {
-        let s = [st("n1", 10, 7, Some(5)), st("n2", 10, 7, Some(9)), st("n3", 10, 7, Some(100))];
+        let s = [
+            st("n1", 10, 7, Some(5)),
+            st("n2", 10, 7, Some(9)),
+            st("n3", 10, 7, Some(100)),
+        ];
         assert_eq!(check_convergence(&s).verdict, Verdict::Valid);
         assert_eq!(check_liveness(&s, 30_000).verdict, Verdict::Valid);
     }

@@ -26,7 +26,9 @@ pub fn check(history: &History) -> CheckResult {
     }
     let mut events: BTreeMap<String, Vec<(usize, Ev)>> = BTreeMap::new();
     for pair in history.client_pairs() {
-        let Some(inv) = history.ops.get(pair.invoke) else { continue };
+        let Some(inv) = history.ops.get(pair.invoke) else {
+            continue;
+        };
         let outcome = pair.outcome(history);
         let evs = events.entry(key_string(&inv.key)).or_default();
         match inv.f.as_str() {
@@ -43,7 +45,11 @@ pub fn check(history: &History) -> CheckResult {
             "read" if outcome == OpType::Ok => {
                 let Some(c) = pair.complete else { continue };
                 let v = history.ops.get(c).map(|o| &o.value).unwrap_or(&Value::Null);
-                let n = if v.is_null() { 0 } else { as_i64(v).unwrap_or(i64::MIN) };
+                let n = if v.is_null() {
+                    0
+                } else {
+                    as_i64(v).unwrap_or(i64::MIN)
+                };
                 evs.push((pair.invoke, Ev::ReadInvoke(pair.invoke)));
                 evs.push((c, Ev::ReadComplete(pair.invoke, n)));
             }
@@ -105,7 +111,12 @@ pub fn check(history: &History) -> CheckResult {
         Some(e) => format!("{} read(s) out of bounds; first: {e}", errors.len()),
         None => format!("{reads_n} reads within [acknowledged, acknowledged + ambiguous]"),
     };
-    CheckResult::new("counter", verdict, summary, json!({"keys": per_key, "errors": errors}))
+    CheckResult::new(
+        "counter",
+        verdict,
+        summary,
+        json!({"keys": per_key, "errors": errors}),
+    )
 }
 
 #[cfg(test)]

@@ -34,7 +34,9 @@ pub struct LinearizableOptions {
 
 impl Default for LinearizableOptions {
     fn default() -> Self {
-        LinearizableOptions { max_steps_per_key: 20_000_000 }
+        LinearizableOptions {
+            max_steps_per_key: 20_000_000,
+        }
     }
 }
 
@@ -81,7 +83,9 @@ fn register_ops(history: &History) -> (BTreeMap<String, Vec<KeyOp>>, Vec<String>
     let mut by_key: BTreeMap<String, Vec<KeyOp>> = BTreeMap::new();
     let mut errors = Vec::new();
     for pair in history.client_pairs() {
-        let Some(inv) = history.ops.get(pair.invoke) else { continue };
+        let Some(inv) = history.ops.get(pair.invoke) else {
+            continue;
+        };
         let outcome = pair.outcome(history);
         if outcome == OpType::Fail {
             continue;
@@ -110,12 +114,19 @@ fn register_ops(history: &History) -> (BTreeMap<String, Vec<KeyOp>>, Vec<String>
                     continue;
                 }
             },
-            "cas" => match inv.value.as_array().map(|a| a.iter().map(as_i64).collect::<Vec<_>>()) {
+            "cas" => match inv
+                .value
+                .as_array()
+                .map(|a| a.iter().map(as_i64).collect::<Vec<_>>())
+            {
                 Some(v) if v.len() == 2 && v.iter().all(Option::is_some) => {
                     RegisterOp::Cas(v[0].unwrap_or_default(), v[1].unwrap_or_default())
                 }
                 _ => {
-                    errors.push(format!("op {}: cas needs [old, new], got {}", inv.index, inv.value));
+                    errors.push(format!(
+                        "op {}: cas needs [old, new], got {}",
+                        inv.index, inv.value
+                    ));
                     continue;
                 }
             },
@@ -123,7 +134,11 @@ fn register_ops(history: &History) -> (BTreeMap<String, Vec<KeyOp>>, Vec<String>
             _ => continue,
         };
         let ret = if definite { pair.complete } else { None };
-        by_key.entry(key_string(&inv.key)).or_default().push(KeyOp { op, call: pair.invoke, ret });
+        by_key.entry(key_string(&inv.key)).or_default().push(KeyOp {
+            op,
+            call: pair.invoke,
+            ret,
+        });
     }
     // Drop unobserved info writes (see the module doc).
     for ops in by_key.values_mut() {
@@ -237,11 +252,19 @@ fn check_key(ops: &[KeyOp], max_steps: u64) -> KeyOutcome {
             if calls.len() >= best_depth {
                 best_depth = calls.len();
                 let prefix = calls.iter().map(|&(e, _)| ops[op_of(e)].call).collect();
-                best = Some((ops[op_of(entry)].ret.unwrap_or(ops[op_of(entry)].call), prefix, state));
+                best = Some((
+                    ops[op_of(entry)].ret.unwrap_or(ops[op_of(entry)].call),
+                    prefix,
+                    state,
+                ));
             }
             let Some((call_entry, old_state)) = calls.pop() else {
                 let (stuck_op, best_prefix, state) = best.unwrap_or((0, Vec::new(), None));
-                return KeyOutcome::NotLinearizable { stuck_op, best_prefix, state };
+                return KeyOutcome::NotLinearizable {
+                    stuck_op,
+                    best_prefix,
+                    state,
+                };
             };
             state = old_state;
             let o = op_of(call_entry);
@@ -281,7 +304,11 @@ pub fn check(history: &History, options: LinearizableOptions) -> CheckResult {
                 verdict = verdict.merge(Verdict::Unknown);
                 unknown_keys.push(key.clone());
             }
-            KeyOutcome::NotLinearizable { stuck_op, best_prefix, state } => {
+            KeyOutcome::NotLinearizable {
+                stuck_op,
+                best_prefix,
+                state,
+            } => {
                 verdict = Verdict::Invalid;
                 let op = history.ops.get(stuck_op).cloned();
                 anomalies.push(json!({
@@ -298,7 +325,10 @@ pub fn check(history: &History, options: LinearizableOptions) -> CheckResult {
     }
     let elapsed_ms = started.elapsed().as_millis() as u64;
     let summary = match verdict {
-        Verdict::Valid => format!("{op_count} ops on {} keys linearizable ({elapsed_ms} ms)", by_key.len()),
+        Verdict::Valid => format!(
+            "{op_count} ops on {} keys linearizable ({elapsed_ms} ms)",
+            by_key.len()
+        ),
         Verdict::Invalid => {
             let first = &anomalies[0];
             format!(
@@ -482,7 +512,12 @@ mod tests {
 
     /// Generates a valid single-register history: each op takes effect atomically at a random
     /// moment between its invoke and completion; some completions are lost (info).
-    pub(crate) fn simulated_register_history(seed: u64, processes: u64, op_count: usize, keys: u64) -> History {
+    pub(crate) fn simulated_register_history(
+        seed: u64,
+        processes: u64,
+        op_count: usize,
+        keys: u64,
+    ) -> History {
         #[derive(Clone)]
         struct Pending {
             process: u64,
@@ -520,7 +555,14 @@ mod tests {
                         }
                     };
                     h.push(invoke(proc_ids[s], f, Some(json!(key)), arg.clone()));
-                    slots[s] = Some(Pending { process: proc_ids[s], f, key, arg, result: None, ok: true });
+                    slots[s] = Some(Pending {
+                        process: proc_ids[s],
+                        f,
+                        key,
+                        arg,
+                        result: None,
+                        ok: true,
+                    });
                 }
                 None => {}
                 Some(mut p) if p.result.is_none() => {
@@ -584,8 +626,11 @@ mod tests {
         for seed in 0..20 {
             let mut h = simulated_register_history(seed, 5, 300, 1);
             // Change the last ok get that read a value to a value never written.
-            if let Some(op) =
-                h.ops.iter_mut().rev().find(|o| o.op_type == OpType::Ok && o.f == "get" && !o.value.is_null())
+            if let Some(op) = h
+                .ops
+                .iter_mut()
+                .rev()
+                .find(|o| o.op_type == OpType::Ok && o.f == "get" && !o.value.is_null())
             {
                 op.value = json!(-99);
                 caught += usize::from(run(&h).verdict == Verdict::Invalid);
@@ -599,7 +644,11 @@ mod tests {
         let h = simulated_register_history(42, 10, 10_000, 1);
         let started = Instant::now();
         let r = run(&h);
-        eprintln!("linearizable: 10000 ops, 10 processes, 1 key: {} in {:?}", r.verdict, started.elapsed());
+        eprintln!(
+            "linearizable: 10000 ops, 10 processes, 1 key: {} in {:?}",
+            r.verdict,
+            started.elapsed()
+        );
         assert_eq!(r.verdict, Verdict::Valid, "{}", r.summary);
     }
 }

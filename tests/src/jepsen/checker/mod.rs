@@ -69,7 +69,12 @@ pub struct CheckResult {
 impl CheckResult {
     /// A result with the given fields.
     pub fn new(checker: &str, verdict: Verdict, summary: impl Into<String>, details: Value) -> Self {
-        CheckResult { checker: checker.to_string(), verdict, summary: summary.into(), details }
+        CheckResult {
+            checker: checker.to_string(),
+            verdict,
+            summary: summary.into(),
+            details,
+        }
     }
 
     /// True when the verdict is [`Verdict::Valid`].

@@ -27,7 +27,9 @@ struct KeyState {
 pub fn check(history: &History) -> CheckResult {
     let mut keys: BTreeMap<String, KeyState> = BTreeMap::new();
     for pair in history.client_pairs() {
-        let Some(inv) = history.ops.get(pair.invoke) else { continue };
+        let Some(inv) = history.ops.get(pair.invoke) else {
+            continue;
+        };
         let outcome = pair.outcome(history);
         let st = keys.entry(key_string(&inv.key)).or_default();
         match inv.f.as_str() {
@@ -40,18 +42,26 @@ pub fn check(history: &History) -> CheckResult {
                 };
             }
             "read" if outcome == OpType::Ok => {
-                let Some(done) = pair.complete.and_then(|c| history.ops.get(c)) else { continue };
-                let elems: Vec<i64> =
-                    done.value.as_array().map(|a| a.iter().filter_map(as_i64).collect()).unwrap_or_default();
+                let Some(done) = pair.complete.and_then(|c| history.ops.get(c)) else {
+                    continue;
+                };
+                let elems: Vec<i64> = done
+                    .value
+                    .as_array()
+                    .map(|a| a.iter().filter_map(as_i64).collect())
+                    .unwrap_or_default();
                 st.final_read = Some((done.index, elems));
             }
             _ => {}
         }
     }
-    keys.retain(|_, s| !(s.ok.is_empty() && s.info.is_empty() && s.failed.is_empty() && s.final_read.is_none()));
+    keys.retain(|_, s| {
+        !(s.ok.is_empty() && s.info.is_empty() && s.failed.is_empty() && s.final_read.is_none())
+    });
     let mut verdict = Verdict::Valid;
     let mut per_key = serde_json::Map::new();
-    let (mut lost_n, mut unexpected_n, mut dup_n, mut failed_n, mut ok_n, mut recovered_n) = (0, 0, 0, 0, 0, 0);
+    let (mut lost_n, mut unexpected_n, mut dup_n, mut failed_n, mut ok_n, mut recovered_n) =
+        (0, 0, 0, 0, 0, 0);
     for (key, st) in &keys {
         ok_n += st.ok.len();
         let Some((read_index, elems)) = &st.final_read else {
@@ -79,7 +89,8 @@ pub fn check(history: &History) -> CheckResult {
         unexpected_n += unexpected.len();
         dup_n += duplicated.len();
         failed_n += failed_present.len();
-        if !lost.is_empty() || !unexpected.is_empty() || !duplicated.is_empty() || !failed_present.is_empty() {
+        if !lost.is_empty() || !unexpected.is_empty() || !duplicated.is_empty() || !failed_present.is_empty()
+        {
             verdict = Verdict::Invalid;
         }
         per_key.insert(

@@ -1,0 +1,416 @@
+//! Functional tests: append/read/truncate/purge/meta/reopen, recovery of torn tails, corruption
+//! detection, poisoning, periodic sync.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+
+use bytes::Bytes;
+use common::{append_wait, payload, read_all, records};
+use ftkv_log::{limits, Log, LogError, LogOptions, SyncMode};
+use ftkv_vfs::{FaultVfs, RealVfs, Vfs};
+
+fn opts(segment_size_bytes: u64) -> LogOptions {
+    LogOptions { segment_size_bytes, sync: SyncMode::Always }
+}
+
+fn fault_log(vfs: &Arc<FaultVfs>, segment_size_bytes: u64) -> Result<Log, LogError> {
+    Log::open(vfs.clone(), Path::new("/log"), opts(segment_size_bytes))
+}
+
+fn segments(vfs: &Arc<FaultVfs>) -> Vec<PathBuf> {
+    vfs.list_dir(Path::new("/log")).unwrap()
+}
+
+#[test]
+fn append_read_reopen_on_real_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let vfs: Arc<dyn Vfs> = RealVfs::new();
+    {
+        let log = Log::open(vfs.clone(), dir.path(), opts(4096)).unwrap();
+        assert_eq!((log.first_index(), log.last_index()), (None, None));
+        for i in 0..10 {
+            append_wait(&log, records(1 + i * 10, 10, 100)).unwrap();
+        }
+        assert_eq!((log.first_index(), log.last_index()), (Some(1), Some(100)));
+        assert_eq!(read_all(&log), records(1, 100, 100));
+        let st = log.stats();
+        assert_eq!(st.records_appended, 100);
+        assert!(st.segments > 2, "100 records of ~117 bytes roll 4 KiB segments: {st:?}");
+        assert!(st.fsyncs >= 10);
+    }
+    let log = Log::open(vfs, dir.path(), opts(4096)).unwrap();
+    assert_eq!((log.first_index(), log.last_index()), (Some(1), Some(100)));
+    assert_eq!(read_all(&log), records(1, 100, 100));
+    append_wait(&log, records(101, 1, 5)).unwrap();
+    assert_eq!(log.read_range(101, 102, 0).unwrap(), records(101, 1, 5));
+}
+
+#[test]
+fn read_range_bounds_and_max_bytes() {
+    let vfs = FaultVfs::new(1);
+    let log = fault_log(&vfs, 1 << 20).unwrap();
+    append_wait(&log, records(10, 10, 100)).unwrap();
+    assert_eq!(log.read_range(12, 15, usize::MAX).unwrap(), records(12, 3, 100));
+    assert_eq!(log.read_range(0, 12, usize::MAX).unwrap(), records(10, 2, 100), "clamped to first");
+    assert_eq!(log.read_range(18, 100, usize::MAX).unwrap(), records(18, 2, 100), "clamped to last");
+    assert_eq!(log.read_range(10, 20, 250).unwrap().len(), 2, "stops before exceeding max_bytes");
+    assert_eq!(log.read_range(10, 20, 0).unwrap().len(), 1, "at least one record");
+    assert!(log.read_range(30, 40, usize::MAX).unwrap().is_empty());
+    assert!(log.read_range(15, 12, usize::MAX).unwrap().is_empty());
+}
+
+#[test]
+fn reads_from_disk_when_cache_is_empty() {
+    let vfs = FaultVfs::new(2);
+    let log = fault_log(&vfs, 2048).unwrap();
+    log.set_cache_limit_bytes(0);
+    for i in 0..20 {
+        append_wait(&log, records(1 + i * 5, 5, 64)).unwrap();
+    }
+    assert_eq!(log.stats().cached_bytes, 0, "written payloads evicted");
+    assert_eq!(read_all(&log), records(1, 100, 64));
+}
+
+#[test]
+fn append_rejects_gaps_and_oversized_records() {
+    let vfs = FaultVfs::new(3);
+    let log = fault_log(&vfs, 1 << 20).unwrap();
+    append_wait(&log, records(5, 3, 10)).unwrap();
+    let nop = || Box::new(|_| {}) as ftkv_log::AppendCallback;
+    assert!(matches!(log.append(records(9, 1, 1), nop()), Err(LogError::Invalid(_))));
+    assert!(matches!(log.append(records(7, 1, 1), nop()), Err(LogError::Invalid(_))));
+    let gap = vec![(8, Bytes::new()), (10, Bytes::new())];
+    assert!(matches!(log.append(gap, nop()), Err(LogError::Invalid(_))));
+    let huge = vec![(8, Bytes::from(vec![0u8; limits::MAX_RECORD_PAYLOAD_BYTES + 1]))];
+    let err = log.append(huge, nop()).unwrap_err();
+    assert!(err.to_string().contains("above the limit"), "{err}");
+    assert!(matches!(log.put_meta(&"k".repeat(2000), Bytes::new(), true), Err(LogError::Invalid(_))));
+    assert_eq!(log.last_index(), Some(7));
+    assert!(Log::open(vfs.clone(), Path::new("/other"), opts(10)).is_err(), "segment size below minimum");
+}
+
+#[test]
+fn truncate_then_reappend_survives_reopen() {
+    let vfs = FaultVfs::new(4);
+    {
+        let log = fault_log(&vfs, 2048).unwrap();
+        append_wait(&log, records(1, 50, 80)).unwrap();
+        log.truncate(30).unwrap();
+        assert_eq!(log.last_index(), Some(29));
+        assert!(log.read_range(30, 40, usize::MAX).unwrap().is_empty());
+        append_wait(&log, records(30, 5, 33)).unwrap();
+        log.truncate(100).unwrap(); // beyond the end: no-op
+        assert_eq!(log.last_index(), Some(34));
+    }
+    vfs.crash(true); // all acknowledged: nothing may be lost
+    let log = fault_log(&vfs, 2048).unwrap();
+    let mut expect = records(1, 29, 80);
+    expect.extend(records(30, 5, 33));
+    assert_eq!(read_all(&log), expect);
+    log.truncate(0).unwrap();
+    assert_eq!((log.first_index(), log.last_index()), (None, None));
+    append_wait(&log, records(500, 2, 1)).unwrap();
+    drop(log);
+    vfs.crash(false);
+    let log = fault_log(&vfs, 2048).unwrap();
+    assert_eq!(read_all(&log), records(500, 2, 1), "after emptying, any index may start the log");
+}
+
+#[test]
+fn purge_deletes_segments_and_metas_survive() {
+    let vfs = FaultVfs::new(5);
+    {
+        let log = fault_log(&vfs, 1024).unwrap();
+        log.put_meta("vote", Bytes::from_static(b"term=3"), true).unwrap();
+        log.put_meta("committed", Bytes::from_static(b"c1"), false).unwrap();
+        for i in 0..40 {
+            append_wait(&log, records(1 + i * 5, 5, 60)).unwrap();
+        }
+        let before = segments(&vfs).len();
+        assert!(before > 10, "{before} segments");
+        log.purge(150).unwrap();
+        assert_eq!(log.first_index(), Some(151));
+        assert_eq!(log.purged_up_to(), Some(150));
+        let after = segments(&vfs).len();
+        assert!(after < before / 2, "purge deleted segments: {before} -> {after}");
+        log.purge(100).unwrap(); // lower purge point: no effect
+        assert_eq!(log.first_index(), Some(151));
+        assert_eq!(read_all(&log), records(151, 50, 60));
+    }
+    vfs.crash(true);
+    let log = fault_log(&vfs, 1024).unwrap();
+    assert_eq!(log.get_meta("vote"), Some(Bytes::from_static(b"term=3")));
+    assert_eq!(log.get_meta("committed"), Some(Bytes::from_static(b"c1")));
+    assert_eq!(log.get_meta("missing"), None);
+    assert_eq!(read_all(&log), records(151, 50, 60));
+    assert_eq!(log.purged_up_to(), Some(150));
+    // Purge everything: the log is empty, metas still there after reopen.
+    log.purge(1000).unwrap();
+    assert_eq!(log.first_index(), None);
+    drop(log);
+    vfs.crash(false);
+    let log = fault_log(&vfs, 1024).unwrap();
+    assert_eq!(log.first_index(), None);
+    assert_eq!(log.get_meta("vote"), Some(Bytes::from_static(b"term=3")));
+}
+
+#[test]
+fn meta_overwrite_and_durability() {
+    let vfs = FaultVfs::new(6);
+    let log = fault_log(&vfs, 4096).unwrap();
+    log.put_meta("vote", Bytes::from_static(b"1"), true).unwrap();
+    log.put_meta("vote", Bytes::from_static(b"2"), true).unwrap();
+    log.put_meta("lazy", Bytes::from_static(b"x"), false).unwrap();
+    assert_eq!(log.get_meta("lazy"), Some(Bytes::from_static(b"x")), "visible at once");
+    vfs.set_crash_point(Some(vfs.op_count())); // power loss now
+    drop(log);
+    vfs.crash(false);
+    let log = fault_log(&vfs, 4096).unwrap();
+    assert_eq!(log.get_meta("vote"), Some(Bytes::from_static(b"2")));
+}
+
+#[test]
+fn torn_tail_is_cut_back_and_log_continues() {
+    for cut in [1u64, 7, 17, 100, 512, 700] {
+        let vfs = FaultVfs::new(7);
+        {
+            let log = fault_log(&vfs, 1 << 20).unwrap();
+            for i in 0..10 {
+                append_wait(&log, records(1 + i * 3, 3, 50)).unwrap();
+            }
+        }
+        let seg = segments(&vfs).pop().unwrap();
+        let len = vfs.durable_len(&seg).unwrap();
+        vfs.inject_len(&seg, len - cut).unwrap();
+        let log = fault_log(&vfs, 1 << 20).unwrap();
+        let held = read_all(&log);
+        let lost = (cut as usize).div_ceil(67); // 67 = 17 bytes framing + 50 payload
+        assert_eq!(held, records(1, 30 - lost as u64, 50), "cut {cut}");
+        let next = log.last_index().unwrap() + 1;
+        append_wait(&log, records(next, 2, 9)).unwrap();
+        drop(log);
+        vfs.crash(false);
+        let log = fault_log(&vfs, 1 << 20).unwrap();
+        assert_eq!(log.last_index(), Some(next + 1), "cut {cut}");
+    }
+}
+
+#[test]
+fn zeroed_last_page_is_a_torn_tail() {
+    let vfs = FaultVfs::new(8);
+    {
+        let log = fault_log(&vfs, 1 << 20).unwrap();
+        append_wait(&log, records(1, 200, 50)).unwrap();
+    }
+    let seg = segments(&vfs).pop().unwrap();
+    let len = vfs.durable_len(&seg).unwrap();
+    let page = len / 4096 * 4096;
+    vfs.inject_bytes(&seg, page, &vec![0u8; (len - page) as usize]).unwrap();
+    let log = fault_log(&vfs, 1 << 20).unwrap();
+    let last = log.last_index().unwrap();
+    assert!(last < 200 && last > 100, "kept a prefix: {last}");
+    assert_eq!(read_all(&log), records(1, last, 50));
+}
+
+#[test]
+fn bad_record_followed_by_valid_ones_is_corruption() {
+    let vfs = FaultVfs::new(9);
+    {
+        let log = fault_log(&vfs, 1 << 20).unwrap();
+        append_wait(&log, records(1, 20, 50)).unwrap();
+    }
+    let seg = segments(&vfs).pop().unwrap();
+    // Flip a payload byte of the 5th record (header 32 bytes, records 67 bytes each).
+    vfs.inject_bytes(&seg, 32 + 4 * 67 + 20, &[0xFF]).unwrap();
+    let err = fault_log(&vfs, 1 << 20).unwrap_err();
+    match err {
+        LogError::Corruption { location, detail } => {
+            assert!(location.contains("00000000000000000001.seg"), "{location}");
+            assert!(location.contains(&format!("offset {}", 32 + 4 * 67)), "{location}");
+            assert!(detail.contains("not a torn tail"), "{detail}");
+        }
+        other => panic!("expected corruption, got {other:?}"),
+    }
+}
+
+#[test]
+fn damage_in_an_older_segment_is_corruption() {
+    let vfs = FaultVfs::new(10);
+    {
+        let log = fault_log(&vfs, 1024).unwrap();
+        for i in 0..20 {
+            append_wait(&log, records(1 + i * 4, 4, 50)).unwrap();
+        }
+    }
+    let segs = segments(&vfs);
+    assert!(segs.len() > 3);
+    // Cut the tail of the first segment: only the newest segment may be torn.
+    let len = vfs.durable_len(&segs[0]).unwrap();
+    vfs.inject_len(&segs[0], len - 3).unwrap();
+    let err = fault_log(&vfs, 1024).unwrap_err();
+    assert!(matches!(&err, LogError::Corruption { detail, .. } if detail.contains("not the newest")), "{err}");
+}
+
+#[test]
+fn missing_middle_segment_is_corruption() {
+    let vfs = FaultVfs::new(11);
+    {
+        let log = fault_log(&vfs, 1024).unwrap();
+        for i in 0..20 {
+            append_wait(&log, records(1 + i * 4, 4, 50)).unwrap();
+        }
+    }
+    let segs = segments(&vfs);
+    vfs.remove_file(&segs[2]).unwrap();
+    vfs.sync_dir(Path::new("/log")).unwrap();
+    let err = fault_log(&vfs, 1024).unwrap_err();
+    assert!(matches!(&err, LogError::Corruption { detail, .. } if detail.contains("missing")), "{err}");
+}
+
+#[test]
+fn torn_segment_creation_is_removed() {
+    let vfs = FaultVfs::new(12);
+    {
+        let log = fault_log(&vfs, 1 << 20).unwrap();
+        append_wait(&log, records(1, 5, 50)).unwrap();
+    }
+    // A crash right after creating the next segment: the name is durable, the header is not.
+    let f = vfs.open(Path::new("/log/00000000000000000002.seg"), true).unwrap();
+    f.write_all_at(&[0xAB; 10], 0).unwrap();
+    f.sync_data().unwrap();
+    vfs.sync_dir(Path::new("/log")).unwrap();
+    let log = fault_log(&vfs, 1 << 20).unwrap();
+    assert_eq!(read_all(&log), records(1, 5, 50));
+    assert_eq!(segments(&vfs).len(), 1);
+    append_wait(&log, records(6, 1, 1)).unwrap();
+}
+
+#[test]
+fn failed_fsync_poisons_the_log() {
+    let vfs = FaultVfs::new(13);
+    let log = fault_log(&vfs, 1 << 20).unwrap();
+    append_wait(&log, records(1, 3, 10)).unwrap();
+    vfs.fail_after(Some(1)); // the write succeeds, the fsync fails
+    let err = append_wait(&log, records(4, 2, 10)).unwrap_err();
+    assert!(matches!(err, LogError::Io { .. }), "{err:?}");
+    assert!(log.is_poisoned());
+    let nop = || Box::new(|_| {}) as ftkv_log::AppendCallback;
+    assert!(matches!(log.append(records(6, 1, 1), nop()), Err(LogError::Poisoned)));
+    assert!(matches!(log.truncate(2), Err(LogError::Poisoned)));
+    assert!(matches!(log.purge(2), Err(LogError::Poisoned)));
+    assert!(matches!(log.put_meta("k", Bytes::new(), false), Err(LogError::Poisoned)));
+    assert!(matches!(log.sync(), Err(LogError::Poisoned)));
+    assert!(matches!(log.read_range(1, 2, 10), Err(LogError::Poisoned)));
+    drop(log);
+    vfs.crash(false);
+    let log = fault_log(&vfs, 1 << 20).unwrap();
+    assert_eq!(read_all(&log), records(1, 3, 10), "the failed batch was never acknowledged");
+}
+
+#[test]
+fn poison_fails_every_queued_callback() {
+    let vfs = FaultVfs::new(14);
+    let log = fault_log(&vfs, 1 << 20).unwrap();
+    vfs.fail_after(Some(0));
+    let results = Arc::new(Mutex::new(Vec::new()));
+    let (tx, rx) = mpsc::channel();
+    let mut queued = 0;
+    for i in 0..50u64 {
+        let r = results.clone();
+        let tx = tx.clone();
+        let cb = Box::new(move |res: Result<(), LogError>| {
+            r.lock().unwrap().push(res.is_ok());
+            let _ = tx.send(());
+        });
+        match log.append(records(1 + i, 1, 10), cb) {
+            Ok(()) => queued += 1,
+            Err(e) => {
+                assert!(matches!(e, LogError::Poisoned));
+                break;
+            }
+        }
+    }
+    for _ in 0..queued {
+        rx.recv().unwrap();
+    }
+    let results = results.lock().unwrap();
+    assert_eq!(results.len(), queued);
+    assert!(results.iter().all(|ok| !ok), "no callback may report success");
+}
+
+#[test]
+fn periodic_mode_acks_before_sync_and_sync_makes_durable() {
+    let vfs = FaultVfs::new(15);
+    let periodic = LogOptions { segment_size_bytes: 1 << 20, sync: SyncMode::Periodic { period_ms: 60_000 } };
+    {
+        let log = Log::open(vfs.clone(), Path::new("/log"), periodic.clone()).unwrap();
+        append_wait(&log, records(1, 5, 10)).unwrap();
+        log.sync().unwrap();
+        append_wait(&log, records(6, 5, 10)).unwrap(); // acknowledged, not yet synced
+        vfs.set_crash_point(Some(vfs.op_count()));
+    }
+    vfs.crash(false);
+    let log = Log::open(vfs.clone(), Path::new("/log"), periodic).unwrap();
+    assert_eq!(read_all(&log), records(1, 5, 10), "documented weaker durability: unsynced acks lost");
+
+    // A short period syncs by itself.
+    let vfs = FaultVfs::new(16);
+    let fast = LogOptions { segment_size_bytes: 1 << 20, sync: SyncMode::Periodic { period_ms: 5 } };
+    let log = Log::open(vfs.clone(), Path::new("/log"), fast).unwrap();
+    append_wait(&log, records(1, 5, 10)).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while log.stats().fsyncs == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    assert!(log.stats().fsyncs >= 1, "the timer synced");
+}
+
+#[test]
+fn callbacks_fire_in_append_order() {
+    let vfs = FaultVfs::new(17);
+    let log = fault_log(&vfs, 4096).unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let (tx, rx) = mpsc::channel();
+    for i in 0..200u64 {
+        let order = order.clone();
+        let tx = tx.clone();
+        log.append(
+            vec![(i + 1, payload(i, 20))],
+            Box::new(move |r| {
+                r.unwrap();
+                order.lock().unwrap().push(i);
+                let _ = tx.send(());
+            }),
+        )
+        .unwrap();
+    }
+    for _ in 0..200 {
+        rx.recv().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), (0..200).collect::<Vec<_>>());
+}
+
+#[test]
+fn dropping_the_log_flushes_pending_appends() {
+    let vfs = FaultVfs::new(18);
+    let fired = Arc::new(AtomicU64::new(0));
+    {
+        let log = fault_log(&vfs, 4096).unwrap();
+        for i in 0..30u64 {
+            let fired = fired.clone();
+            log.append(records(1 + i, 1, 30), Box::new(move |r| {
+                assert!(r.is_ok());
+                fired.fetch_add(1, Ordering::SeqCst);
+            }))
+            .unwrap();
+        }
+    }
+    assert_eq!(fired.load(Ordering::SeqCst), 30);
+    vfs.crash(true);
+    let log = fault_log(&vfs, 4096).unwrap();
+    assert_eq!(read_all(&log), records(1, 30, 30));
+}

@@ -1,0 +1,243 @@
+//! `ftkv-bench`: side-by-side benchmarks.
+//!
+//! `ftkv-bench cluster --targets ftkv,etcd --clients 128 --duration 30s --runs 3 --out DIR`
+//! starts each target as a three-node cluster on loopback, runs the same put load against the
+//! targets alternately (`runs` rounds), and writes `DIR/results.json` (every run plus medians and
+//! ratios) and `DIR/throughput.svg`, `DIR/latency_p99.svg`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use ftkv_tests::bench::{self, plot, Load, RunResult, Target};
+use serde::Serialize;
+
+#[derive(Parser)]
+#[command(
+    name = "ftkv-bench",
+    about = "Side-by-side benchmarks of ftkv against other systems"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Put throughput and latency of three-node clusters (ftkv, etcd), alternately.
+    Cluster {
+        /// Comma-separated targets: ftkv, ftkv-sled, etcd.
+        #[arg(long, default_value = "ftkv,etcd")]
+        targets: String,
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 128)]
+        clients: u64,
+        /// Length of each run (e.g. 30s).
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// Rounds; each round runs every target once.
+        #[arg(long, default_value_t = 3)]
+        runs: u64,
+        /// Value size in bytes.
+        #[arg(long, default_value_t = 100)]
+        value_size: usize,
+        /// Distinct keys.
+        #[arg(long, default_value_t = 1_000_000)]
+        key_space: u64,
+        /// Output directory.
+        #[arg(long, default_value = "store/bench")]
+        out: PathBuf,
+        /// First port used by the clusters.
+        #[arg(long, default_value_t = 24000)]
+        base_port: u16,
+    },
+}
+
+#[derive(Serialize)]
+struct Summary {
+    target: String,
+    median_ops_per_sec: f64,
+    median_p50_ms: f64,
+    median_p95_ms: f64,
+    median_p99_ms: f64,
+    median_ops_per_entry: Option<f64>,
+    total_errors: u64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    machine: String,
+    load: Load,
+    runs: Vec<RunResult>,
+    summary: Vec<Summary>,
+    ratios_vs_first: Vec<(String, f64)>,
+}
+
+async fn start_and_run(name: &str, base_port: u16, load: &Load, run: u64) -> anyhow::Result<RunResult> {
+    match name {
+        "ftkv" | "ftkv-sled" => {
+            let engine = if name == "ftkv" { "fractal" } else { "sled" };
+            let cluster = bench::ftkv::FtkvCluster::start(base_port, engine, &[]).await?;
+            let client = cluster.client().await?;
+            let target = Target::Ftkv(client.clone());
+            let mut r = bench::run_load(&target, load, run).await;
+            r.target = name.to_string();
+            let statuses = client.status_all().await;
+            r.ops_per_entry = statuses
+                .into_iter()
+                .filter_map(|(_, s)| s.ok())
+                .find(|s| s.is_leader)
+                .map(|s| s.ops_per_entry);
+            Ok(r)
+        }
+        "etcd" => {
+            let cluster = bench::etcd::EtcdCluster::start(base_port).await?;
+            let target = Target::Etcd(bench::etcd::EtcdClient::connect(&cluster.endpoints)?);
+            Ok(bench::run_load(&target, load, run).await)
+        }
+        other => anyhow::bail!("unknown target {other:?} (ftkv, ftkv-sled, etcd)"),
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let Cmd::Cluster {
+        targets,
+        clients,
+        duration,
+        runs,
+        value_size,
+        key_space,
+        out,
+        base_port,
+    } = Cli::parse().command;
+    let targets: Vec<String> = targets
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    anyhow::ensure!(!targets.is_empty(), "--targets is empty");
+    let load = Load {
+        clients,
+        duration,
+        value_size,
+        key_space,
+        seed: 42,
+    };
+    std::fs::create_dir_all(&out)?;
+    let mut results = Vec::new();
+    for run in 1..=runs {
+        for (i, t) in targets.iter().enumerate() {
+            eprintln!("== round {run}/{runs}: {t} ({clients} clients, {duration:?})");
+            let port = base_port + 20 * i as u16;
+            let r = start_and_run(t, port, &load, run).await?;
+            eprintln!(
+                "   {t}: {:.0} ops/s, p50 {:.2} ms, p99 {:.2} ms, errors {}{}",
+                r.ops_per_sec,
+                r.latency_ms.p50,
+                r.latency_ms.p99,
+                r.errors,
+                r.ops_per_entry
+                    .map(|o| format!(", ops/entry {o:.1}"))
+                    .unwrap_or_default()
+            );
+            results.push(r);
+        }
+    }
+    let summary: Vec<Summary> = targets
+        .iter()
+        .map(|t| {
+            let rs: Vec<&RunResult> = results.iter().filter(|r| &r.target == t).collect();
+            let med =
+                |f: &dyn Fn(&RunResult) -> f64| bench::median(&rs.iter().map(|r| f(r)).collect::<Vec<_>>());
+            let ope: Vec<f64> = rs.iter().filter_map(|r| r.ops_per_entry).collect();
+            Summary {
+                target: t.clone(),
+                median_ops_per_sec: med(&|r| r.ops_per_sec),
+                median_p50_ms: med(&|r| r.latency_ms.p50),
+                median_p95_ms: med(&|r| r.latency_ms.p95),
+                median_p99_ms: med(&|r| r.latency_ms.p99),
+                median_ops_per_entry: if ope.is_empty() {
+                    None
+                } else {
+                    Some(bench::median(&ope))
+                },
+                total_errors: rs.iter().map(|r| r.errors).sum(),
+            }
+        })
+        .collect();
+    let first = summary.first().map(|s| s.median_ops_per_sec).unwrap_or(0.0);
+    let ratios = summary
+        .iter()
+        .skip(1)
+        .map(|s| {
+            (
+                format!("{} / {}", targets[0], s.target),
+                first / s.median_ops_per_sec.max(1e-9),
+            )
+        })
+        .collect();
+    let machine = format!(
+        "{} cores",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
+    );
+    let report = Report {
+        machine,
+        load,
+        runs: results,
+        summary,
+        ratios_vs_first: ratios,
+    };
+    std::fs::write(out.join("results.json"), serde_json::to_string_pretty(&report)?)?;
+    let series = |f: &dyn Fn(&bench::Second) -> f64| -> Vec<plot::Series> {
+        report
+            .runs
+            .iter()
+            .map(|r| plot::Series {
+                label: format!("{} run {}", r.target, r.run),
+                points: r.seconds.iter().map(|s| (s.t as f64, f(s))).collect(),
+            })
+            .collect()
+    };
+    std::fs::write(
+        out.join("throughput.svg"),
+        plot::line_chart(
+            "acknowledged puts per second",
+            "seconds",
+            "ops/s",
+            &series(&|s| s.ops as f64),
+        ),
+    )?;
+    std::fs::write(
+        out.join("latency_p99.svg"),
+        plot::line_chart(
+            "put latency p99 per second",
+            "seconds",
+            "ms",
+            &series(&|s| s.p99_ms),
+        ),
+    )?;
+    println!(
+        "{:<10} {:>12} {:>9} {:>9} {:>9} {:>10} {:>7}",
+        "target", "ops/s(med)", "p50 ms", "p95 ms", "p99 ms", "ops/entry", "errors"
+    );
+    for s in &report.summary {
+        println!(
+            "{:<10} {:>12.0} {:>9.2} {:>9.2} {:>9.2} {:>10} {:>7}",
+            s.target,
+            s.median_ops_per_sec,
+            s.median_p50_ms,
+            s.median_p95_ms,
+            s.median_p99_ms,
+            s.median_ops_per_entry
+                .map(|o| format!("{o:.1}"))
+                .unwrap_or_else(|| "-".into()),
+            s.total_errors
+        );
+    }
+    for (name, ratio) in &report.ratios_vs_first {
+        println!("ratio {name}: {ratio:.2}x");
+    }
+    println!("report: {}", out.join("results.json").display());
+    Ok(())
+}
