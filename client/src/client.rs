@@ -19,7 +19,7 @@ use tonic::transport::Channel;
 
 use crate::error::{classify_status, Error, Result};
 use crate::retry::RetryPolicy;
-use crate::session::{SessionTracker, WriteSession};
+use crate::session::{SessionTracker, WriteSession, DEFAULT_SESSION_WINDOW};
 use crate::types::{
     prefix_end, KeyValue, Membership, NodeStatus, Op, ReadConsistency, ResponseInfo, ScanOptions, ScanPage,
     Txn, TxnOpResult, TxnResult, UpsertOp,
@@ -37,6 +37,7 @@ struct Config {
     request_timeout: Duration,
     retry: RetryPolicy,
     max_message_bytes: usize,
+    session_window: u64,
 }
 
 /// Builds a [`Client`]: `Client::builder().endpoints(["127.0.0.1:7379"]).build().await?`.
@@ -56,6 +57,7 @@ impl Default for ClientBuilder {
                 request_timeout: Duration::from_secs(5),
                 retry: RetryPolicy::default(),
                 max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+                session_window: DEFAULT_SESSION_WINDOW,
             },
             debug_drop_write_responses: 0,
         }
@@ -99,6 +101,15 @@ impl ClientBuilder {
         self
     }
 
+    /// Most sequences a write may run ahead of the oldest outstanding write of this client
+    /// (default [`DEFAULT_SESSION_WINDOW`] = 1000). When full, new writes wait for the oldest
+    /// to finish. Must not exceed the node's results kept per client (1,024), or a write
+    /// retried after a long stall may find its result forgotten.
+    pub fn session_window(mut self, window: u64) -> Self {
+        self.config.session_window = window.max(1);
+        self
+    }
+
     /// **Test only.** Discards the first `n` successful write responses (put, delete, write,
     /// txn, upsert) as if the request had timed out after the node applied it, so the client
     /// retries them with the same session. Used to show that a retried `Upsert{Add}` after a
@@ -124,6 +135,7 @@ impl ClientBuilder {
         if endpoints.is_empty() {
             return Err(Error::NoEndpoints);
         }
+        let session_window = self.config.session_window;
         let inner = Inner {
             config: self.config,
             pool: Mutex::new(Pool {
@@ -132,7 +144,7 @@ impl ClientBuilder {
             }),
             preferred: Mutex::new(None),
             rotation: AtomicUsize::new(0),
-            sessions: SessionTracker::new(),
+            sessions: SessionTracker::new(session_window),
             drop_write_responses: AtomicU32::new(self.debug_drop_write_responses),
         };
         // Create every channel now so that a bad endpoint fails here, not on first use.
@@ -351,7 +363,8 @@ impl Inner {
                     }
                 }
                 Ok(Err(status)) => {
-                    let failure = classify_status(&status);
+                    let mut failure = classify_status(&status);
+                    failure.error = name_endpoint(failure.error, &endpoint);
                     tracing::debug!(%endpoint, code = ?status.code(), error = %failure.error, "attempt failed");
                     if !failure.not_applied {
                         maybe_applied = true;
@@ -406,6 +419,19 @@ impl Inner {
     }
 }
 
+/// Puts the endpoint in front of transport-level messages, so "connection refused" says where.
+fn name_endpoint(error: Error, endpoint: &str) -> Error {
+    match error {
+        Error::Unavailable { message } => Error::Unavailable {
+            message: format!("{endpoint}: {message}"),
+        },
+        Error::Transport { message } => Error::Transport {
+            message: format!("{endpoint}: {message}"),
+        },
+        other => other,
+    }
+}
+
 /// The leader endpoint a `NOT_LEADER` error points to, unless it is the endpoint just asked
 /// or one that already failed to connect during this call (a stale hint).
 fn redirect_hint(error: &Error, asked: &str, unreachable: &[String]) -> Option<String> {
@@ -427,7 +453,9 @@ fn finish_error(kind: CallKind, error: Error, maybe_applied: bool) -> Error {
         return error;
     }
     match error {
-        e @ (Error::Ambiguous { .. } | Error::NotOnAllReplicas { .. } | Error::InvalidArgument { .. }) => e,
+        // A refusal after an attempt that may have applied the write (e.g. "sequence below the
+        // window": the node forgot the result) does not say the write did not happen.
+        e @ (Error::Ambiguous { .. } | Error::NotOnAllReplicas { .. }) => e,
         other => Error::Ambiguous {
             message: other.to_string(),
         },
@@ -634,7 +662,7 @@ impl Client {
     /// Blind write of one key. Errors: [`Error::InvalidArgument`] (empty key, over
     /// `max_key_bytes` / `max_value_bytes`), [`Error::Ambiguous`], retry exhaustion.
     pub async fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<ResponseInfo> {
-        let session = self.inner.sessions.begin();
+        let session = self.inner.sessions.begin().await;
         let (key, value) = (key.as_ref().to_vec(), value.as_ref().to_vec());
         let resp = self
             .write_call(&session, |mut kv, s| {
@@ -651,7 +679,7 @@ impl Client {
 
     /// Blind delete of one key (no error when absent).
     pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<ResponseInfo> {
-        let session = self.inner.sessions.begin();
+        let session = self.inner.sessions.begin().await;
         let key = key.as_ref().to_vec();
         let resp = self
             .write_call(&session, |mut kv, s| {
@@ -667,7 +695,7 @@ impl Client {
 
     /// Atomic batch (at most `max_batch_ops` ops and `max_batch_bytes` on the node).
     pub async fn write(&self, ops: Vec<Op>) -> Result<ResponseInfo> {
-        let session = self.inner.sessions.begin();
+        let session = self.inner.sessions.begin().await;
         let ops: Vec<pb::WriteOp> = ops.iter().map(Op::to_proto).collect();
         let resp = self
             .write_call(&session, |mut kv, s| {
@@ -698,15 +726,15 @@ impl Client {
 
     /// Read-free update of one key (TokuDB upsert). Applied exactly once even when retried.
     pub async fn upsert(&self, key: impl AsRef<[u8]>, op: UpsertOp) -> Result<ResponseInfo> {
-        let session = self.inner.sessions.begin();
+        let session = self.inner.sessions.begin().await;
         self.upsert_with_session(&session, key, op).await
     }
 
     /// **Test and tooling use.** A fresh write session (next sequence of this client), kept
     /// outstanding until dropped. With [`Client::upsert_with_session`] a test can send the
     /// same write twice, as a retry after a lost response would.
-    pub fn new_write_session(&self) -> WriteSession {
-        self.inner.sessions.begin()
+    pub async fn new_write_session(&self) -> WriteSession {
+        self.inner.sessions.begin().await
     }
 
     /// [`Client::upsert`] with a caller-held session: sending it twice with the same session
@@ -734,7 +762,7 @@ impl Client {
 
     /// etcd-style transaction: if every compare holds run `success`, else `failure`, atomically.
     pub async fn txn(&self, txn: Txn) -> Result<TxnResult> {
-        let session = self.inner.sessions.begin();
+        let session = self.inner.sessions.begin().await;
         let compare: Vec<pb::Compare> = txn.compares.iter().map(|c| c.to_proto()).collect();
         let success: Vec<pb::TxnOp> = txn.success.iter().map(|o| o.to_proto()).collect();
         let failure: Vec<pb::TxnOp> = txn.failure.iter().map(|o| o.to_proto()).collect();
@@ -944,7 +972,8 @@ mod tests {
             message: "x".into(),
             limit: None,
         };
-        assert_eq!(finish_error(CallKind::Write, inv.clone(), true), inv);
+        assert_eq!(finish_error(CallKind::Write, inv.clone(), false), inv);
+        assert!(finish_error(CallKind::Write, inv, true).is_ambiguous());
     }
 
     #[tokio::test]

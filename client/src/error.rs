@@ -278,8 +278,29 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
     classify_by_code(status, message)
 }
 
+/// The status message followed by the messages of its transport causes (e.g. `tcp connect
+/// error: Connection refused (os error 111)`), each once.
+fn transport_message(status: &tonic::Status) -> String {
+    let mut parts: Vec<String> = vec![status.message().to_string()];
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(err) = source {
+        let text = err.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = err.source();
+    }
+    parts.retain(|p| !p.is_empty());
+    parts.join(": ")
+}
+
 fn classify_by_code(status: &tonic::Status, message: String) -> Failure {
     use tonic::Code;
+    let message = if status.details().is_empty() {
+        transport_message(status)
+    } else {
+        message
+    };
     match status.code() {
         Code::InvalidArgument | Code::OutOfRange => Failure {
             error: Error::InvalidArgument { message, limit: None },
@@ -470,7 +491,10 @@ mod tests {
         )))));
         assert_eq!(st.code(), tonic::Code::Unavailable);
         let f = classify_status(&st);
-        assert!(matches!(f.error, Error::Unavailable { .. }));
+        assert!(
+            matches!(f.error, Error::Unavailable { ref message } if message.contains("refused")),
+            "{f:?}"
+        );
         assert!(f.not_applied && f.retry);
     }
 }

@@ -20,6 +20,7 @@
 //! Depends on `ftkv-proto` only: no openraft or node types, and no tonic types in the public
 //! API (statuses are converted to [`Error`]).
 
+#![warn(missing_docs)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 mod client;
@@ -33,7 +34,7 @@ pub mod cli;
 pub use client::{Client, ClientBuilder, DEFAULT_ENDPOINT, DEFAULT_MAX_MESSAGE_BYTES};
 pub use error::{Error, Result};
 pub use retry::RetryPolicy;
-pub use session::WriteSession;
+pub use session::{WriteSession, DEFAULT_SESSION_WINDOW};
 pub use types::{
     decode_counter, prefix_end, Compare, CompareResult, CompareTarget, KeyValue, Member, Membership,
     NodeStatus, Op, ReadConsistency, ResponseInfo, ScanOptions, ScanPage, Txn, TxnOp, TxnOpResult, TxnResult,

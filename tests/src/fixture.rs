@@ -141,7 +141,8 @@ pub struct ClusterOptions {
     pub engine: Option<String>,
     /// Extra flags appended to every node's command line (e.g. `--snapshot-every-entries 100`).
     pub extra_args: Vec<String>,
-    /// Extra environment for every node. `RUST_LOG` defaults to the test's own value, else `info`.
+    /// Extra environment for every node. `RUST_LOG` defaults to the test's own value, else `info`;
+    /// `NO_COLOR=1` is always set (plain log files).
     pub env: Vec<(String, String)>,
     /// Host every node binds and advertises. Default `127.0.0.1`.
     pub host: String,
@@ -847,6 +848,8 @@ impl Cluster {
         {
             command.env("RUST_LOG", "info");
         }
+        // Plain logs (no ANSI colours) so tests and people can grep them.
+        command.env("NO_COLOR", "1");
         command.envs(self.options.env.iter().map(|(key, value)| (key, value)));
         let child = spawn_tied(command).map_err(io_error(format!("spawning node {id}")))?;
         slot.child = Some(child);

@@ -4,6 +4,8 @@
 //!
 //! Needs the binaries: `cargo build --workspace --bins`, then `cargo test -p ftkv-tests`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests unwrap: a failure is the test failing
+
 use std::collections::BTreeMap;
 
 use ftkv_client::{decode_counter, Compare, CompareResult, Op, ScanOptions, Txn, TxnOp, UpsertOp};
@@ -269,13 +271,18 @@ async fn kv_round_trips_on_three_nodes() {
     cluster.check_no_panics().unwrap();
 }
 
-/// A write through any endpoint is visible to a linearizable read through every endpoint at
-/// once; each node serves the read itself (raw gRPC to that node, header names it).
+/// A write through any endpoint is visible to a linearizable read through a client of every
+/// single endpoint at once. Asked directly (raw gRPC), each node serves the read itself with
+/// fresh data or redirects it to the leader (`FAILED_PRECONDITION` naming the leader): never
+/// stale data.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn linearizable_read_after_write_from_every_endpoint() {
     let _serial = serial().await;
     let cluster = Cluster::start(ClusterOptions::default()).await.unwrap();
     let ids = cluster.ids();
+    let leader = cluster.wait_for_leader().await.unwrap();
+    let mut served_locally = std::collections::BTreeSet::new();
+    let mut redirected = std::collections::BTreeSet::new();
     let mut clients = BTreeMap::new();
     for &id in &ids {
         clients.insert(id, cluster.client_for(id).await.unwrap());
@@ -292,26 +299,47 @@ async fn linearizable_read_after_write_from_every_endpoint() {
                     Some(value.as_bytes()),
                     "round {round}: node {reader} missed a write made through node {writer}"
                 );
+                // The node itself either serves the read (fresh data, its own header) or
+                // redirects it to the leader; it never answers with stale data.
                 let mut raw = cluster.kv_raw(reader).await.unwrap();
-                let response = raw
-                    .get(GetRequest {
-                        key: key.clone().into_bytes(),
-                        consistency: ReadConsistency::Linearizable as i32,
-                    })
-                    .await
-                    .unwrap_or_else(|status| panic!("node {reader} refused a linearizable read: {status:?}"))
-                    .into_inner();
-                assert!(response.found, "node {reader} itself: key {key} missing");
-                assert_eq!(
-                    response.value,
-                    value.as_bytes(),
-                    "node {reader} itself served stale data"
-                );
-                let header = response.header.expect("response header");
-                assert_eq!(header.node_id, reader, "the read was served by node {reader}");
+                let request = GetRequest {
+                    key: key.clone().into_bytes(),
+                    consistency: ReadConsistency::Linearizable as i32,
+                };
+                match raw.get(request).await {
+                    Ok(response) => {
+                        let response = response.into_inner();
+                        assert!(response.found, "node {reader} itself: key {key} missing");
+                        assert_eq!(
+                            response.value,
+                            value.as_bytes(),
+                            "node {reader} served stale data"
+                        );
+                        let header = response.header.expect("response header");
+                        assert_eq!(header.node_id, reader, "the read was served by node {reader}");
+                        served_locally.insert(reader);
+                    }
+                    Err(status) => {
+                        assert_eq!(
+                            status.code(),
+                            tonic::Code::FailedPrecondition,
+                            "node {reader}: {status:?}"
+                        );
+                        assert!(
+                            status.message().contains(&cluster.endpoint(leader).unwrap()),
+                            "a redirect names the leader's endpoint: {status:?}"
+                        );
+                        redirected.insert(reader);
+                    }
+                }
             }
         }
     }
+    eprintln!("raw linearizable reads: served by nodes {served_locally:?}, redirected by {redirected:?}");
+    assert!(
+        served_locally.contains(&leader),
+        "the leader serves linearizable reads itself"
+    );
     cluster.check_no_panics().unwrap();
 }
 

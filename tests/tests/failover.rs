@@ -4,6 +4,8 @@
 //! during the fault may or may not be (Jepsen's `info`). The one timing assertion is the
 //! functional bound of the issue: a new leader serves writes within 5 s of killing the old one.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests unwrap: a failure is the test failing
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -21,7 +23,9 @@ fn lost_writes(outcome: &WriteOutcome, pairs: &BTreeMap<Vec<u8>, Vec<u8>>) -> Ve
                 "{} (acked by node {}, found {:?})",
                 String::from_utf8_lossy(&write.key),
                 write.node_id,
-                pairs.get(&write.key).map(|v| String::from_utf8_lossy(v).into_owned())
+                pairs
+                    .get(&write.key)
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
             )
         })
         .collect()
@@ -36,7 +40,11 @@ fn phantom_writes(outcome: &WriteOutcome, pairs: &BTreeMap<Vec<u8>, Vec<u8>>) ->
         .chain(outcome.ambiguous.iter())
         .chain(outcome.failed.iter().map(|(key, _)| key))
         .collect();
-    pairs.keys().filter(|key| !attempted.contains(key)).map(|key| String::from_utf8_lossy(key).into_owned()).collect()
+    pairs
+        .keys()
+        .filter(|key| !attempted.contains(key))
+        .map(|key| String::from_utf8_lossy(key).into_owned())
+        .collect()
 }
 
 fn summary(outcome: &WriteOutcome) -> String {
@@ -57,7 +65,10 @@ async fn load_client(cluster: &Cluster) -> ftkv_client::Client {
     cluster
         .client_builder()
         .request_timeout(Duration::from_secs(2))
-        .retry(RetryPolicy { deadline: Duration::from_secs(5), ..RetryPolicy::default() })
+        .retry(RetryPolicy {
+            deadline: Duration::from_secs(5),
+            ..RetryPolicy::default()
+        })
         .build()
         .await
         .unwrap()
@@ -71,7 +82,10 @@ async fn kill_leader_during_write_load() {
     let client = load_client(&cluster).await;
     let load = WriteLoad::start(&client, "load", 8, Duration::from_millis(20));
     let warm = load.wait_acked(300, Duration::from_secs(60)).await;
-    assert!(warm >= 300, "the load acknowledged only {warm} writes in 60 s before any fault");
+    assert!(
+        warm >= 300,
+        "the load acknowledged only {warm} writes in 60 s before any fault"
+    );
 
     let old_leader = cluster.wait_for_leader().await.unwrap();
     let acked_before_kill = load.acked_count();
@@ -94,7 +108,10 @@ async fn kill_leader_during_write_load() {
             }
         }
     };
-    assert_ne!(probe_info.node_id, old_leader, "the killed node cannot have acknowledged the write");
+    assert_ne!(
+        probe_info.node_id, old_leader,
+        "the killed node cannot have acknowledged the write"
+    );
     eprintln!(
         "killed leader {old_leader} after {acked_before_kill} acked writes; node {} acknowledged a write \
          {failover:?} later (attempt {attempt})",
@@ -106,26 +123,47 @@ async fn kill_leader_during_write_load() {
     );
 
     // Keep writing on two nodes, then bring the old leader back under load.
-    load.wait_acked(load.acked_count() + 200, Duration::from_secs(30)).await;
+    load.wait_acked(load.acked_count() + 200, Duration::from_secs(30))
+        .await;
     cluster.restart(old_leader).unwrap();
-    load.wait_acked(load.acked_count() + 300, Duration::from_secs(30)).await;
+    load.wait_acked(load.acked_count() + 300, Duration::from_secs(30))
+        .await;
     let outcome = load.stop().await;
     eprintln!("load: {}", summary(&outcome));
     let after_kill = outcome.acked.iter().filter(|w| w.acked_at > killed_at).count();
-    assert!(after_kill > 0, "no load write acknowledged after the kill: {}", summary(&outcome));
+    assert!(
+        after_kill > 0,
+        "no load write acknowledged after the kill: {}",
+        summary(&outcome)
+    );
 
     // Every acknowledged write is readable (linearizable, through the cluster).
     let pairs = client
-        .scan_prefix("load/", 0, ftkv_client::ScanOptions { limit: 5000, ..Default::default() })
+        .scan_prefix(
+            "load/",
+            0,
+            ftkv_client::ScanOptions {
+                limit: 5000,
+                ..Default::default()
+            },
+        )
         .await
         .unwrap()
         .into_iter()
         .map(|kv| (kv.key, kv.value))
         .collect::<BTreeMap<_, _>>();
     let lost = lost_writes(&outcome, &pairs);
-    assert!(lost.is_empty(), "{} acknowledged writes lost, e.g. {:?}", lost.len(), &lost[..lost.len().min(10)]);
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged writes lost, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(10)]
+    );
     let phantoms = phantom_writes(&outcome, &pairs);
-    assert!(phantoms.is_empty(), "keys never written are present: {phantoms:?}");
+    assert!(
+        phantoms.is_empty(),
+        "keys never written are present: {phantoms:?}"
+    );
 
     // The restarted node catches up: its applied index reaches the leader's commit index, then
     // a serializable read on it returns every acknowledged write.
@@ -133,7 +171,10 @@ async fn kill_leader_during_write_load() {
     let commit = cluster.status(leader).await.unwrap().commit_index;
     let caught_up = cluster.wait_caught_up(old_leader, commit).await.unwrap();
     eprintln!("node {old_leader} caught up to {commit}: {caught_up:?}");
-    let local = cluster.scan_node(old_leader, b"load/", b"load0", true).await.unwrap();
+    let local = cluster
+        .scan_node(old_leader, b"load/", b"load0", true)
+        .await
+        .unwrap();
     let lost_locally = lost_writes(&outcome, &local);
     assert!(
         lost_locally.is_empty(),
@@ -148,10 +189,18 @@ async fn kill_leader_during_write_load() {
         .get_with(format!("probe/{attempt}"), ReadConsistency::Serializable)
         .await
         .unwrap();
-    assert_eq!(serializable.as_deref(), Some(&b"p"[..]), "the probe write is on the restarted node");
+    assert_eq!(
+        serializable.as_deref(),
+        Some(&b"p"[..]),
+        "the probe write is on the restarted node"
+    );
 
     for id in cluster.ids() {
-        assert!(cluster.is_running(id), "node {id} died: {:?}", cluster.exit_status(id));
+        assert!(
+            cluster.is_running(id),
+            "node {id} died: {:?}",
+            cluster.exit_status(id)
+        );
     }
     cluster.check_no_panics().unwrap();
 }
@@ -160,12 +209,18 @@ async fn kill_leader_during_write_load() {
 /// lost, and all replicas converge.
 async fn kill_all_during_write_load(engine: Option<&str>) {
     let _serial = serial().await;
-    let options = ClusterOptions { engine: engine.map(str::to_string), ..ClusterOptions::default() };
+    let options = ClusterOptions {
+        engine: engine.map(str::to_string),
+        ..ClusterOptions::default()
+    };
     let cluster = Cluster::start(options).await.unwrap();
     let client = load_client(&cluster).await;
     let load = WriteLoad::start(&client, "load", 8, Duration::from_millis(20));
     let warm = load.wait_acked(500, Duration::from_secs(60)).await;
-    assert!(warm >= 500, "the load acknowledged only {warm} writes in 60 s before any fault");
+    assert!(
+        warm >= 500,
+        "the load acknowledged only {warm} writes in 60 s before any fault"
+    );
     for id in cluster.ids() {
         cluster.kill(id).unwrap();
     }
@@ -178,7 +233,14 @@ async fn kill_all_during_write_load(engine: Option<&str>) {
     let leader = cluster.wait_for_leader().await.unwrap();
     let reader = cluster.client().await.unwrap();
     let pairs = reader
-        .scan_prefix("load/", 0, ftkv_client::ScanOptions { limit: 5000, ..Default::default() })
+        .scan_prefix(
+            "load/",
+            0,
+            ftkv_client::ScanOptions {
+                limit: 5000,
+                ..Default::default()
+            },
+        )
         .await
         .unwrap()
         .into_iter()
@@ -192,7 +254,10 @@ async fn kill_all_during_write_load(engine: Option<&str>) {
         &lost[..lost.len().min(10)]
     );
     let phantoms = phantom_writes(&outcome, &pairs);
-    assert!(phantoms.is_empty(), "keys never written are present: {phantoms:?}");
+    assert!(
+        phantoms.is_empty(),
+        "keys never written are present: {phantoms:?}"
+    );
 
     // The cluster takes writes again, and every replica converges on the same data.
     reader.put("after/kill-all", "ok").await.unwrap();
@@ -203,9 +268,20 @@ async fn kill_all_during_write_load(engine: Option<&str>) {
     }
     let reference = &replicas[&leader];
     for (id, data) in &replicas {
-        assert_eq!(data.len(), reference.len(), "node {id} holds {} keys at index {index}", data.len());
-        assert!(data == reference, "node {id} diverges from leader {leader} at index {index}");
-        assert!(lost_writes(&outcome, data).is_empty(), "node {id} misses acknowledged writes");
+        assert_eq!(
+            data.len(),
+            reference.len(),
+            "node {id} holds {} keys at index {index}",
+            data.len()
+        );
+        assert!(
+            data == reference,
+            "node {id} diverges from leader {leader} at index {index}"
+        );
+        assert!(
+            lost_writes(&outcome, data).is_empty(),
+            "node {id} misses acknowledged writes"
+        );
     }
     cluster.check_no_panics().unwrap();
 }

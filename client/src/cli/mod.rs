@@ -65,12 +65,13 @@ pub struct Cli {
 /// Commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Write a key.
+    /// Write a key. Without VALUE the value is read from stdin, byte for byte (for large or
+    /// binary values; with --hex stdin holds hex text).
     Put {
         /// Key.
         key: String,
-        /// Value.
-        value: String,
+        /// Value (omit to read it from stdin).
+        value: Option<String>,
     },
     /// Read a key, or every key with a prefix. A missing key prints nothing (exit 0);
     /// in JSON mode it prints {"found":false}.
@@ -269,6 +270,19 @@ fn arg_bytes(text: &str, hex: bool, what: &str) -> anyhow::Result<Vec<u8>> {
     }
 }
 
+/// The value of `put K` without V: stdin as bytes (with `--hex`: hex text, whitespace trimmed).
+fn read_stdin_value(hex: bool) -> anyhow::Result<Vec<u8>> {
+    let mut raw = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut raw)
+        .context("cannot read the value from stdin")?;
+    if hex {
+        let text = String::from_utf8(raw).context("stdin is not hex text")?;
+        return arg_bytes(text.trim(), true, "value on stdin");
+    }
+    Ok(raw)
+}
+
 async fn connect(cli: &Cli) -> anyhow::Result<Client> {
     let policy = RetryPolicy {
         deadline: cli.timeout,
@@ -310,9 +324,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let hex = cli.hex;
     match &cli.command {
         Command::Put { key, value } => {
-            let info = client
-                .put(arg_bytes(key, hex, "key")?, arg_bytes(value, hex, "value")?)
-                .await?;
+            let value = match value {
+                Some(v) => arg_bytes(v, hex, "value")?,
+                None => read_stdin_value(hex)?,
+            };
+            let info = client.put(arg_bytes(key, hex, "key")?, value).await?;
             print(&write_ok(format, info));
         }
         Command::Get {
@@ -554,17 +570,14 @@ async fn endpoint_status(client: &Client, cli: &Cli, cluster: bool, digest: bool
             Err(e) => failed.push((ep, e)),
         }
     }
-    for (ep, e) in &failed {
-        eprintln!("warning: {ep}: {e}");
+    for (_, e) in &failed {
+        eprintln!("warning: {e}");
     }
-    print(&output::statuses(cli.write_out, &ok));
     if ok.is_empty() {
-        let detail = failed
-            .first()
-            .map(|(ep, e)| format!("{ep}: {e}"))
-            .unwrap_or_default();
+        let detail = failed.first().map(|(_, e)| e.to_string()).unwrap_or_default();
         bail!("no endpoint answered ({detail})");
     }
+    print(&output::statuses(cli.write_out, &ok));
     Ok(())
 }
 
@@ -596,7 +609,10 @@ mod tests {
         let cli = Cli::try_parse_from(["ftkvctl", "upsert", "k", "--add", "-5"]).unwrap();
         assert!(matches!(
             cli.command,
-            Command::Upsert(UpsertArgs { add: Some(-5), .. })
+            Command::Upsert(UpsertArgs {
+                op: UpsertOpArgs { add: Some(-5), .. },
+                ..
+            })
         ));
         assert!(Cli::try_parse_from(["ftkvctl", "upsert", "k"]).is_err());
         assert!(Cli::try_parse_from(["ftkvctl", "upsert", "k", "--add", "1", "--append", "x"]).is_err());

@@ -35,10 +35,27 @@ impl Bytes {
     }
 }
 
+/// Replaces control characters by `\xNN` so that a cell stays on one line and aligned.
+fn escape_controls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.push_str(&format!("\\x{:02x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Renders rows under headers as an ASCII table (`+---+` borders, etcdctl style).
 pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| escape_controls(c)).collect())
+        .collect();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
+    for row in &rows {
         for (i, cell) in row.iter().enumerate() {
             if let Some(w) = widths.get_mut(i) {
                 *w = (*w).max(cell.chars().count());
@@ -66,7 +83,7 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
         s
     };
     let mut out = vec![border.clone(), line(headers.to_vec()), border.clone()];
-    for row in rows {
+    for row in &rows {
         out.push(line(row.iter().map(String::as_str).collect()));
     }
     out.push(border);
@@ -265,6 +282,12 @@ mod tests {
         let expected =
             "+-----+--------+\n| A   | LONGER |\n+-----+--------+\n| xyz | 1      |\n+-----+--------+";
         assert_eq!(t, expected);
+    }
+
+    #[test]
+    fn table_escapes_control_characters() {
+        let t = table(&["V"], &[vec!["a\u{3}\nb".into()]]);
+        assert!(t.contains("| a\\x03\\x0ab |"), "{t}");
     }
 
     #[test]

@@ -147,11 +147,7 @@ pub trait Engine: Send + Sync + 'static {
     /// Atomically replaces all data and the metadata with `pairs` (sorted ascending by key,
     /// no duplicates) and `meta`, durably. Used to install a Raft snapshot. On error the old
     /// state is kept.
-    fn replace_all(
-        &self,
-        pairs: &mut dyn Iterator<Item = Result<KeyValue>>,
-        meta: &[u8],
-    ) -> Result<()>;
+    fn replace_all(&self, pairs: &mut dyn Iterator<Item = Result<KeyValue>>, meta: &[u8]) -> Result<()>;
 
     /// Walks every structure and checks every invariant; a violation is `Corruption`.
     fn check_integrity(&self) -> Result<IntegrityReport>;

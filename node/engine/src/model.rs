@@ -37,13 +37,17 @@ pub fn apply_ops(map: &mut BTreeMap<Vec<u8>, Vec<u8>>, ops: &[WriteOp]) {
                 }
             }
             WriteOp::DeleteRange { start, end } => {
-                let doomed: Vec<Vec<u8>> = range(map, start, end.as_deref()).map(|(k, _)| k.clone()).collect();
+                let doomed: Vec<Vec<u8>> = range(map, start, end.as_deref())
+                    .map(|(k, _)| k.clone())
+                    .collect();
                 for k in doomed {
                     map.remove(&k);
                 }
             }
             WriteOp::UpsertRange { start, end, op } => {
-                let upper = end.as_deref().map_or(Bound::Unbounded, |e| Bound::Excluded(e.to_vec()));
+                let upper = end
+                    .as_deref()
+                    .map_or(Bound::Unbounded, |e| Bound::Excluded(e.to_vec()));
                 if end.as_deref().is_some_and(|e| e <= start.as_slice()) {
                     continue;
                 }
@@ -90,7 +94,10 @@ impl Engine for ModelEngine {
 
     fn scan(&self, start: &[u8], end: Option<&[u8]>, limit: usize) -> Result<Vec<KeyValue>> {
         let state = self.state.read();
-        Ok(range(&state.data, start, end).take(limit).map(|(k, v)| (k.clone(), v.clone())).collect())
+        Ok(range(&state.data, start, end)
+            .take(limit)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
     }
 
     fn write(&self, ops: &[WriteOp], meta: Option<&[u8]>) -> Result<()> {
@@ -116,12 +123,19 @@ impl Engine for ModelEngine {
             let (k, v) = pair?;
             data.insert(k, v);
         }
-        *self.state.write() = ModelState { data, meta: Some(meta.to_vec()) };
+        *self.state.write() = ModelState {
+            data,
+            meta: Some(meta.to_vec()),
+        };
         Ok(())
     }
 
     fn check_integrity(&self) -> Result<IntegrityReport> {
-        Ok(IntegrityReport { keys: self.state.read().data.len() as u64, blocks: 0, height: 0 })
+        Ok(IntegrityReport {
+            keys: self.state.read().data.len() as u64,
+            blocks: 0,
+            height: 0,
+        })
     }
 
     fn size_on_disk_bytes(&self) -> Result<u64> {

@@ -70,7 +70,12 @@ pub fn apply_upsert(old: Option<&[u8]>, op: &UpsertOp) -> Option<Vec<u8>> {
         UpsertOp::Add(delta) => match old {
             None => Some(delta.to_le_bytes().to_vec()),
             Some(bytes) => match <[u8; 8]>::try_from(bytes) {
-                Ok(raw) => Some(i64::from_le_bytes(raw).saturating_add(*delta).to_le_bytes().to_vec()),
+                Ok(raw) => Some(
+                    i64::from_le_bytes(raw)
+                        .saturating_add(*delta)
+                        .to_le_bytes()
+                        .to_vec(),
+                ),
                 Err(_) => Some(bytes.to_vec()),
             },
         },
@@ -110,17 +115,38 @@ mod tests {
         let max = apply_upsert(Some(&i64::MAX.to_le_bytes()), &UpsertOp::Add(5));
         assert_eq!(max, Some(i64::MAX.to_le_bytes().to_vec()));
         // Not an i64: unchanged, never lost.
-        assert_eq!(apply_upsert(Some(b"abc"), &UpsertOp::Add(1)), Some(b"abc".to_vec()));
+        assert_eq!(
+            apply_upsert(Some(b"abc"), &UpsertOp::Add(1)),
+            Some(b"abc".to_vec())
+        );
     }
 
     #[test]
     fn set_if_absent_append_max() {
-        assert_eq!(apply_upsert(None, &UpsertOp::SetIfAbsent(b"a".to_vec())), Some(b"a".to_vec()));
-        assert_eq!(apply_upsert(Some(b"x"), &UpsertOp::SetIfAbsent(b"a".to_vec())), Some(b"x".to_vec()));
-        assert_eq!(apply_upsert(Some(b"x"), &UpsertOp::Append(b"yz".to_vec())), Some(b"xyz".to_vec()));
-        assert_eq!(apply_upsert(Some(b"b"), &UpsertOp::Max(b"a".to_vec())), Some(b"b".to_vec()));
-        assert_eq!(apply_upsert(Some(b"a"), &UpsertOp::Max(b"b".to_vec())), Some(b"b".to_vec()));
-        assert_eq!(apply_broadcast(b"v", &UpsertOp::SetIfAbsent(b"q".to_vec())), b"v".to_vec());
+        assert_eq!(
+            apply_upsert(None, &UpsertOp::SetIfAbsent(b"a".to_vec())),
+            Some(b"a".to_vec())
+        );
+        assert_eq!(
+            apply_upsert(Some(b"x"), &UpsertOp::SetIfAbsent(b"a".to_vec())),
+            Some(b"x".to_vec())
+        );
+        assert_eq!(
+            apply_upsert(Some(b"x"), &UpsertOp::Append(b"yz".to_vec())),
+            Some(b"xyz".to_vec())
+        );
+        assert_eq!(
+            apply_upsert(Some(b"b"), &UpsertOp::Max(b"a".to_vec())),
+            Some(b"b".to_vec())
+        );
+        assert_eq!(
+            apply_upsert(Some(b"a"), &UpsertOp::Max(b"b".to_vec())),
+            Some(b"b".to_vec())
+        );
+        assert_eq!(
+            apply_broadcast(b"v", &UpsertOp::SetIfAbsent(b"q".to_vec())),
+            b"v".to_vec()
+        );
     }
 
     #[test]

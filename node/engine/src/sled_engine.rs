@@ -33,10 +33,14 @@ struct Live {
 
 fn sled_err(e: sled::Error) -> EngineError {
     match e {
-        sled::Error::Io(source) => EngineError::Io { context: "sled".into(), source },
-        sled::Error::Corruption { at, .. } => {
-            EngineError::Corruption { location: format!("sled file at {at:?}"), detail: "sled checksum".into() }
-        }
+        sled::Error::Io(source) => EngineError::Io {
+            context: "sled".into(),
+            source,
+        },
+        sled::Error::Corruption { at, .. } => EngineError::Corruption {
+            location: format!("sled file at {at:?}"),
+            detail: "sled checksum".into(),
+        },
         other => EngineError::Sled(other.to_string()),
     }
 }
@@ -57,8 +61,10 @@ impl SledEngine {
     /// `cache_capacity`; `compression_level` is ignored (sled 0.34's compression needs a feature
     /// we do not build).
     pub fn open(opts: &EngineOptions) -> Result<Self> {
-        std::fs::create_dir_all(&opts.dir)
-            .map_err(|source| EngineError::Io { context: format!("create {}", opts.dir.display()), source })?;
+        std::fs::create_dir_all(&opts.dir).map_err(|source| EngineError::Io {
+            context: format!("create {}", opts.dir.display()),
+            source,
+        })?;
         let db = sled::Config::new()
             .path(&opts.dir)
             .cache_capacity(opts.cache_size_bytes)
@@ -68,7 +74,10 @@ impl SledEngine {
         let current = db.open_tree("current").map_err(sled_err)?;
         let generation = match current.get(CURRENT_KEY).map_err(sled_err)? {
             Some(raw) => u64::from_le_bytes(<[u8; 8]>::try_from(raw.as_ref()).map_err(|_| {
-                EngineError::Corruption { location: "sled tree current".into(), detail: "generation not 8 bytes".into() }
+                EngineError::Corruption {
+                    location: "sled tree current".into(),
+                    detail: "generation not 8 bytes".into(),
+                }
             })?),
             None => 0,
         };
@@ -80,7 +89,11 @@ impl SledEngine {
             }
         }
         let tree = db.open_tree(tree_name(generation)).map_err(sled_err)?;
-        Ok(Self { db, current, live: RwLock::new(Live { generation, tree }) })
+        Ok(Self {
+            db,
+            current,
+            live: RwLock::new(Live { generation, tree }),
+        })
     }
 }
 
@@ -91,7 +104,11 @@ impl Engine for SledEngine {
 
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let live = self.live.read();
-        Ok(live.tree.get(data_key(key)).map_err(sled_err)?.map(|v| v.to_vec()))
+        Ok(live
+            .tree
+            .get(data_key(key))
+            .map_err(sled_err)?
+            .map(|v| v.to_vec()))
     }
 
     fn scan(&self, start: &[u8], end: Option<&[u8]>, limit: usize) -> Result<Vec<KeyValue>> {
@@ -119,7 +136,11 @@ impl Engine for SledEngine {
         let read = |overlay: &BTreeMap<Vec<u8>, Option<Vec<u8>>>, key: &[u8]| -> Result<Option<Vec<u8>>> {
             match overlay.get(key) {
                 Some(v) => Ok(v.clone()),
-                None => Ok(live.tree.get(data_key(key)).map_err(sled_err)?.map(|v| v.to_vec())),
+                None => Ok(live
+                    .tree
+                    .get(data_key(key))
+                    .map_err(sled_err)?
+                    .map(|v| v.to_vec())),
             }
         };
         for op in ops {
@@ -161,7 +182,13 @@ impl Engine for SledEngine {
     }
 
     fn meta(&self) -> Result<Option<Vec<u8>>> {
-        Ok(self.live.read().tree.get(META_KEY).map_err(sled_err)?.map(|v| v.to_vec()))
+        Ok(self
+            .live
+            .read()
+            .tree
+            .get(META_KEY)
+            .map_err(sled_err)?
+            .map(|v| v.to_vec()))
     }
 
     fn checkpoint(&self) -> Result<()> {
@@ -180,7 +207,9 @@ impl Engine for SledEngine {
         for pair in pairs {
             let (k, v) = pair?;
             if previous.as_ref().is_some_and(|p| p >= &k) {
-                return Err(EngineError::InvalidArgument("replace_all: keys not strictly ascending".into()));
+                return Err(EngineError::InvalidArgument(
+                    "replace_all: keys not strictly ascending".into(),
+                ));
             }
             batch.insert(data_key(&k), v);
             previous = Some(k);
@@ -193,10 +222,20 @@ impl Engine for SledEngine {
         batch.insert(META_KEY, meta);
         tree.apply_batch(batch).map_err(sled_err)?;
         self.db.flush().map_err(sled_err)?;
-        self.current.insert(CURRENT_KEY, &next.to_le_bytes()).map_err(sled_err)?;
+        self.current
+            .insert(CURRENT_KEY, &next.to_le_bytes())
+            .map_err(sled_err)?;
         self.db.flush().map_err(sled_err)?;
-        let old = std::mem::replace(&mut *self.live.write(), Live { generation: next, tree });
-        self.db.drop_tree(tree_name(old.generation).as_bytes()).map_err(sled_err)?;
+        let old = std::mem::replace(
+            &mut *self.live.write(),
+            Live {
+                generation: next,
+                tree,
+            },
+        );
+        self.db
+            .drop_tree(tree_name(old.generation).as_bytes())
+            .map_err(sled_err)?;
         Ok(())
     }
 
@@ -207,17 +246,27 @@ impl Engine for SledEngine {
         for item in live.tree.iter() {
             let (k, _) = item.map_err(sled_err)?;
             if k.as_ref() != META_KEY && k.first() != Some(&DATA_PREFIX) {
-                return Err(EngineError::Corruption { location: "sled data tree".into(), detail: "unknown key prefix".into() });
+                return Err(EngineError::Corruption {
+                    location: "sled data tree".into(),
+                    detail: "unknown key prefix".into(),
+                });
             }
             if previous.as_ref().is_some_and(|p| p >= &k) {
-                return Err(EngineError::Corruption { location: "sled data tree".into(), detail: "keys out of order".into() });
+                return Err(EngineError::Corruption {
+                    location: "sled data tree".into(),
+                    detail: "keys out of order".into(),
+                });
             }
             if k.as_ref() != META_KEY {
                 keys += 1;
             }
             previous = Some(k);
         }
-        Ok(IntegrityReport { keys, blocks: 0, height: 0 })
+        Ok(IntegrityReport {
+            keys,
+            blocks: 0,
+            height: 0,
+        })
     }
 
     fn size_on_disk_bytes(&self) -> Result<u64> {
@@ -251,6 +300,9 @@ impl SledEngine {
                 merged.insert(k.clone(), v.clone());
             }
         }
-        Ok(merged.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect())
+        Ok(merged
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect())
     }
 }

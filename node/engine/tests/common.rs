@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! Shared helpers of the engine tests: engine factories (fractal on `FaultVfs` or real files,
 //! sled, model), op strategies, and the model oracle.
 #![allow(dead_code)]
@@ -14,10 +15,18 @@ use ftkv_vfs::{FaultVfs, Vfs};
 use proptest::prelude::*;
 
 /// Small shapes so splits, flushes, merges and several levels happen with few keys.
-pub const SMALL: TreeParams = TreeParams { node_size_bytes: 1024, basement_size_bytes: 256, fanout: 4 };
+pub const SMALL: TreeParams = TreeParams {
+    node_size_bytes: 1024,
+    basement_size_bytes: 256,
+    fanout: 4,
+};
 
 pub fn opts(dir: PathBuf, cache_size_bytes: u64, compression_level: Option<i32>) -> EngineOptions {
-    EngineOptions { dir, cache_size_bytes, compression_level }
+    EngineOptions {
+        dir,
+        cache_size_bytes,
+        compression_level,
+    }
 }
 
 /// An engine under test that can be closed and reopened.
@@ -57,7 +66,20 @@ impl Subject {
                 &self.opts,
                 self.params,
             )?),
-            EngineKind::Sled => Box::new(SledEngine::open(&self.opts)?),
+            EngineKind::Sled => {
+                // sled's background flusher may hold the directory lock a moment after drop.
+                let mut tries = 0;
+                loop {
+                    match SledEngine::open(&self.opts) {
+                        Ok(e) => break Box::new(e),
+                        Err(_) if tries < 200 => {
+                            tries += 1;
+                            std::thread::sleep(std::time::Duration::from_millis(10));
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
             EngineKind::Model => Box::new(ModelEngine::new()),
         };
         self.engine = Some(e);
@@ -152,7 +174,13 @@ pub fn run_conformance(subject: &mut Subject, steps: &[Step]) -> Result<(), Test
                 }
             }
             Step::Get(k) => {
-                prop_assert_eq!(subject.e().get(k).unwrap(), model.get(k).cloned(), "step {} get {:?}", i, k);
+                prop_assert_eq!(
+                    subject.e().get(k).unwrap(),
+                    model.get(k).cloned(),
+                    "step {} get {:?}",
+                    i,
+                    k
+                );
             }
             Step::Scan(s, e, limit) => {
                 let got = subject.e().scan(s, e.as_deref(), *limit).unwrap();

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! Conformance suite (issue 3, acceptance 1): the same random op sequences (puts, deletes,
 //! upserts, range deletes, broadcasts, scans, checkpoints, reopen, snapshot installs) against the
 //! fractal tree, sled and the `BTreeMap` model, each compared with the model's reference
@@ -13,7 +14,10 @@ use ftkv_engine::EngineKind;
 use proptest::prelude::*;
 
 fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 proptest! {

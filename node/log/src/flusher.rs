@@ -29,6 +29,8 @@ struct Flusher {
     current: Option<(u64, Arc<dyn VfsFile>)>,
     /// Whether `current` has bytes written since its last fdatasync.
     current_unsynced: bool,
+    /// End of the bytes written to `current` by this flusher (None until known).
+    current_end: Option<u64>,
     /// A segment was created and the directory not synced since.
     dir_dirty: bool,
     last_sync: Instant,
@@ -55,7 +57,13 @@ fn period(sh: &Shared) -> Option<Duration> {
 
 /// Runs until shutdown (after a final flush) or until the log is poisoned.
 pub(crate) fn run(sh: Arc<Shared>) {
-    let mut fl = Flusher { current: None, current_unsynced: false, dir_dirty: false, last_sync: Instant::now() };
+    let mut fl = Flusher {
+        current: None,
+        current_unsynced: false,
+        current_end: None,
+        dir_dirty: false,
+        last_sync: Instant::now(),
+    };
     while let Some(batch) = next_batch(&sh, &fl) {
         let ticket = batch.ticket;
         let synced = batch.want_sync;
@@ -127,7 +135,8 @@ fn next_batch(sh: &Shared, fl: &Flusher) -> Option<Batch> {
 impl Flusher {
     fn sync_current(&mut self, sh: &Shared) -> Result<(), LogError> {
         if let (true, Some((seq, file))) = (self.current_unsynced, &self.current) {
-            file.sync_data().map_err(|e| io_err(format!("fdatasync segment {seq}"), e))?;
+            file.sync_data()
+                .map_err(|e| io_err(format!("fdatasync segment {seq}"), e))?;
             sh.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
             self.current_unsynced = false;
         }
@@ -144,9 +153,17 @@ impl Flusher {
         self.sync_current(sh)?;
         let file = if create {
             let path = segment_path(&sh.dir, seq);
-            let file = sh.vfs.open(&path, true).map_err(|e| io_err(format!("create {}", path.display()), e))?;
-            if file.len().map_err(|e| io_err(format!("stat {}", path.display()), e))? > 0 {
-                file.set_len(0).map_err(|e| io_err(format!("reset {}", path.display()), e))?;
+            let file = sh
+                .vfs
+                .open(&path, true)
+                .map_err(|e| io_err(format!("create {}", path.display()), e))?;
+            if file
+                .len()
+                .map_err(|e| io_err(format!("stat {}", path.display()), e))?
+                > 0
+            {
+                file.set_len(0)
+                    .map_err(|e| io_err(format!("reset {}", path.display()), e))?;
             }
             sh.state.lock().segments.insert(seq, Some(Arc::clone(&file)));
             self.dir_dirty = true;
@@ -161,6 +178,7 @@ impl Flusher {
             })?
         };
         self.current = Some((seq, Arc::clone(&file)));
+        self.current_end = create.then_some(0);
         Ok(file)
     }
 }
@@ -169,10 +187,22 @@ fn process(sh: &Shared, fl: &mut Flusher, chunks: Vec<Chunk>, want_sync: bool) -
     let mut written = None;
     for chunk in &chunks {
         let file = fl.switch_to(sh, chunk.seq, chunk.create)?;
-        file.write_all_at(&chunk.data, chunk.offset)
-            .map_err(|e| io_err(format!("write segment {} at offset {}", chunk.seq, chunk.offset), e))?;
+        // The queue is contiguous per segment: every write lands exactly at the end of the last.
+        debug_assert!(
+            fl.current_end.is_none_or(|end| end == chunk.offset),
+            "write queue has a gap"
+        );
+        file.write_all_at(&chunk.data, chunk.offset).map_err(|e| {
+            io_err(
+                format!("write segment {} at offset {}", chunk.seq, chunk.offset),
+                e,
+            )
+        })?;
         fl.current_unsynced = true;
-        sh.counters.bytes_written.fetch_add(chunk.data.len() as u64, Ordering::Relaxed);
+        fl.current_end = Some(chunk.offset + chunk.data.len() as u64);
+        sh.counters
+            .bytes_written
+            .fetch_add(chunk.data.len() as u64, Ordering::Relaxed);
         written = Some((chunk.seq, chunk.offset + chunk.data.len() as u64));
     }
     if !chunks.is_empty() {
@@ -187,7 +217,9 @@ fn process(sh: &Shared, fl: &mut Flusher, chunks: Vec<Chunk>, want_sync: bool) -
     if want_sync {
         fl.sync_current(sh)?;
         if fl.dir_dirty {
-            sh.vfs.sync_dir(&sh.dir).map_err(|e| io_err(format!("sync dir {}", sh.dir.display()), e))?;
+            sh.vfs
+                .sync_dir(&sh.dir)
+                .map_err(|e| io_err(format!("sync dir {}", sh.dir.display()), e))?;
             sh.counters.dir_syncs.fetch_add(1, Ordering::Relaxed);
             fl.dir_dirty = false;
         }

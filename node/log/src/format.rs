@@ -64,7 +64,10 @@ pub(crate) struct Record {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum DecodeError {
     /// The buffer ends inside the record (torn write or truncated file).
-    Incomplete { needed_bytes: usize, available_bytes: usize },
+    Incomplete {
+        needed_bytes: usize,
+        available_bytes: usize,
+    },
     /// Unknown type byte.
     BadType(u8),
     /// Length field above the record size limit.
@@ -76,13 +79,22 @@ pub(crate) enum DecodeError {
 impl std::fmt::Display for DecodeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            DecodeError::Incomplete { needed_bytes, available_bytes } => {
-                write!(f, "record incomplete: needs {needed_bytes} bytes, {available_bytes} present")
+            DecodeError::Incomplete {
+                needed_bytes,
+                available_bytes,
+            } => {
+                write!(
+                    f,
+                    "record incomplete: needs {needed_bytes} bytes, {available_bytes} present"
+                )
             }
             DecodeError::BadType(t) => write!(f, "unknown record type {t}"),
             DecodeError::TooLarge(n) => write!(f, "record length {n} above limit {MAX_RECORD_PAYLOAD_BYTES}"),
             DecodeError::BadChecksum { stored, computed } => {
-                write!(f, "crc32c mismatch: stored {stored:#010x}, computed {computed:#010x}")
+                write!(
+                    f,
+                    "crc32c mismatch: stored {stored:#010x}, computed {computed:#010x}"
+                )
             }
         }
     }
@@ -90,7 +102,10 @@ impl std::fmt::Display for DecodeError {
 
 /// Path of segment `seq` inside `dir`: `<seq as 20 digits>.seg`.
 pub(crate) fn segment_path(dir: &Path, seq: u64) -> PathBuf {
-    dir.join(format!("{seq:0width$}{SEGMENT_SUFFIX}", width = SEGMENT_NAME_DIGITS))
+    dir.join(format!(
+        "{seq:0width$}{SEGMENT_SUFFIX}",
+        width = SEGMENT_NAME_DIGITS
+    ))
 }
 
 /// The sequence number of a segment file name, or None for other files.
@@ -118,23 +133,32 @@ pub(crate) fn encode_segment_header(seq: u64, out: &mut Vec<u8>) {
 /// Checks a segment header; returns a description of the problem if invalid.
 pub(crate) fn check_segment_header(buf: &[u8], expected_seq: u64) -> Result<(), String> {
     let Some(head) = buf.get(..SEGMENT_HEADER_BYTES as usize) else {
-        return Err(format!("segment header incomplete: {} of {SEGMENT_HEADER_BYTES} bytes", buf.len()));
+        return Err(format!(
+            "segment header incomplete: {} of {SEGMENT_HEADER_BYTES} bytes",
+            buf.len()
+        ));
     };
     let stored = u32_at(head, 28);
     let computed = crc32c::crc32c(&head[..28]);
     if stored != computed {
-        return Err(format!("segment header crc32c mismatch: stored {stored:#010x}, computed {computed:#010x}"));
+        return Err(format!(
+            "segment header crc32c mismatch: stored {stored:#010x}, computed {computed:#010x}"
+        ));
     }
     if head[..8] != SEGMENT_MAGIC {
         return Err("bad segment magic".to_string());
     }
     let version = u32_at(head, 8);
     if version != FORMAT_VERSION {
-        return Err(format!("unsupported segment format version {version} (this build reads {FORMAT_VERSION})"));
+        return Err(format!(
+            "unsupported segment format version {version} (this build reads {FORMAT_VERSION})"
+        ));
     }
     let seq = u64_at(head, 12);
     if seq != expected_seq {
-        return Err(format!("header names segment {seq} but the file name says {expected_seq}"));
+        return Err(format!(
+            "header names segment {seq} but the file name says {expected_seq}"
+        ));
     }
     Ok(())
 }
@@ -175,7 +199,10 @@ pub(crate) fn decode_meta_payload(payload: &Bytes) -> Option<(String, Bytes)> {
 /// Decodes the record starting at `buf[0]`. Returns the record and its encoded size in bytes.
 pub(crate) fn decode_record(buf: &Bytes) -> Result<(Record, usize), DecodeError> {
     let Some(head) = buf.get(..RECORD_HEAD_BYTES) else {
-        return Err(DecodeError::Incomplete { needed_bytes: RECORD_HEAD_BYTES, available_bytes: buf.len() });
+        return Err(DecodeError::Incomplete {
+            needed_bytes: RECORD_HEAD_BYTES,
+            available_bytes: buf.len(),
+        });
     };
     let len = u32_at(head, 0) as usize;
     let type_byte = head[4];
@@ -186,7 +213,10 @@ pub(crate) fn decode_record(buf: &Bytes) -> Result<(Record, usize), DecodeError>
     }
     let total = RECORD_OVERHEAD_BYTES + len;
     let Some(whole) = buf.get(..total) else {
-        return Err(DecodeError::Incomplete { needed_bytes: total, available_bytes: buf.len() });
+        return Err(DecodeError::Incomplete {
+            needed_bytes: total,
+            available_bytes: buf.len(),
+        });
     };
     let stored = u32_at(whole, RECORD_HEAD_BYTES + len);
     let computed = crc32c::crc32c(&whole[..RECORD_HEAD_BYTES + len]);
@@ -222,15 +252,28 @@ mod tests {
         let bytes = Bytes::from(buf.clone());
         let (rec, used) = decode_record(&bytes).unwrap();
         assert_eq!(used, n);
-        assert_eq!(rec, Record { kind: RecordType::Entry, index: 42, payload: Bytes::from_static(b"hello") });
+        assert_eq!(
+            rec,
+            Record {
+                kind: RecordType::Entry,
+                index: 42,
+                payload: Bytes::from_static(b"hello")
+            }
+        );
         for bit in 0..buf.len() * 8 {
             let mut bad = buf.clone();
             bad[bit / 8] ^= 1 << (bit % 8);
-            assert!(decode_record(&Bytes::from(bad)).is_err(), "flip of bit {bit} not detected");
+            assert!(
+                decode_record(&Bytes::from(bad)).is_err(),
+                "flip of bit {bit} not detected"
+            );
         }
         for cut in 0..buf.len() {
             let torn = Bytes::from(buf[..cut].to_vec());
-            assert!(matches!(decode_record(&torn), Err(DecodeError::Incomplete { .. })));
+            assert!(matches!(
+                decode_record(&torn),
+                Err(DecodeError::Incomplete { .. })
+            ));
         }
     }
 
@@ -257,13 +300,19 @@ mod tests {
         assert_eq!(p, PathBuf::from("/x/log/00000000000000000012.seg"));
         assert_eq!(parse_segment_name(&p), Some(12));
         assert_eq!(parse_segment_name(Path::new("/x/log/12.seg")), None);
-        assert_eq!(parse_segment_name(Path::new("/x/log/00000000000000000012.tmp")), None);
+        assert_eq!(
+            parse_segment_name(Path::new("/x/log/00000000000000000012.tmp")),
+            None
+        );
     }
 
     #[test]
     fn meta_payload_round_trip() {
         let p = Bytes::from(encode_meta_payload("vote", b"abc"));
-        assert_eq!(decode_meta_payload(&p), Some(("vote".to_string(), Bytes::from_static(b"abc"))));
+        assert_eq!(
+            decode_meta_payload(&p),
+            Some(("vote".to_string(), Bytes::from_static(b"abc")))
+        );
         assert_eq!(decode_meta_payload(&Bytes::from_static(&[9, 0, b'a'])), None);
     }
 }

@@ -55,7 +55,10 @@ impl EntryIndex {
 
     /// Adds the entry `index`; the caller has checked `index == next_index()` (or empty).
     pub(crate) fn push(&mut self, index: u64, loc: EntryLoc) {
-        debug_assert!(self.next_index().is_none_or(|n| n == index), "non-contiguous push");
+        debug_assert!(
+            self.next_index().is_none_or(|n| n == index),
+            "non-contiguous push"
+        );
         if self.entries.is_empty() {
             self.first = index;
             self.evict_from = index;
@@ -102,10 +105,15 @@ impl EntryIndex {
     pub(crate) fn evict(&mut self, limit_bytes: u64, written: (u64, u64)) {
         let mut index = self.evict_from.max(self.first);
         while self.cached_bytes > limit_bytes {
-            let Some(pos) = index.checked_sub(self.first).and_then(|p| usize::try_from(p).ok()) else {
+            let Some(pos) = index
+                .checked_sub(self.first)
+                .and_then(|p| usize::try_from(p).ok())
+            else {
                 break;
             };
-            let Some(loc) = self.entries.get_mut(pos) else { break };
+            let Some(loc) = self.entries.get_mut(pos) else {
+                break;
+            };
             if (loc.seq, loc.end_offset()) > written {
                 break;
             }
@@ -129,7 +137,12 @@ mod tests {
     use super::*;
 
     fn loc(seq: u64, offset: u64, payload: &'static [u8]) -> EntryLoc {
-        EntryLoc { seq, offset, payload_len: payload.len() as u32, payload: Some(Bytes::from_static(payload)) }
+        EntryLoc {
+            seq,
+            offset,
+            payload_len: payload.len() as u32,
+            payload: Some(Bytes::from_static(payload)),
+        }
     }
 
     #[test]
@@ -151,7 +164,10 @@ mod tests {
         ix.evict(0, (1, ix.get(8).unwrap().end_offset()));
         assert!(ix.get(7).unwrap().payload.is_none());
         assert!(ix.get(8).unwrap().payload.is_none());
-        assert!(ix.get(9).unwrap().payload.is_some(), "unwritten entries stay cached");
+        assert!(
+            ix.get(9).unwrap().payload.is_some(),
+            "unwritten entries stay cached"
+        );
         assert_eq!(ix.cached_bytes(), 30);
         ix.purge_up_to(100);
         assert_eq!(ix.first_index(), None);

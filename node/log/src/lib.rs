@@ -85,7 +85,10 @@ pub struct LogOptions {
 
 impl Default for LogOptions {
     fn default() -> Self {
-        LogOptions { segment_size_bytes: DEFAULT_SEGMENT_SIZE_BYTES, sync: SyncMode::Always }
+        LogOptions {
+            segment_size_bytes: DEFAULT_SEGMENT_SIZE_BYTES,
+            sync: SyncMode::Always,
+        }
     }
 }
 
@@ -234,29 +237,49 @@ pub struct Log {
 
 impl std::fmt::Debug for Log {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Log").field("dir", &self.handle.shared.dir).finish_non_exhaustive()
+        f.debug_struct("Log")
+            .field("dir", &self.handle.shared.dir)
+            .finish_non_exhaustive()
     }
 }
 
 fn io_err(context: impl Into<String>, source: std::io::Error) -> LogError {
-    LogError::Io { context: context.into(), source }
+    LogError::Io {
+        context: context.into(),
+        source,
+    }
 }
 
 impl State {
     /// Encodes one record at the end of the active segment (rolling first if it is full);
     /// returns (segment, offset) of the record.
-    fn push_record(&mut self, segment_size_bytes: u64, kind: RecordType, index: u64, payload: &[u8]) -> (u64, u64) {
+    fn push_record(
+        &mut self,
+        segment_size_bytes: u64,
+        kind: RecordType,
+        index: u64,
+        payload: &[u8],
+    ) -> (u64, u64) {
         if self.active_end >= segment_size_bytes && self.active_records > 0 {
             self.roll();
         }
         let (seq, offset) = (self.active_seq, self.active_end);
         let needs_chunk = !matches!(self.queue.last(), Some(c) if c.seq == seq);
         if needs_chunk {
-            self.queue.push(Chunk { seq, create: false, offset, data: Vec::new() });
+            self.queue.push(Chunk {
+                seq,
+                create: false,
+                offset,
+                data: Vec::new(),
+            });
         }
         let used = match self.queue.last_mut() {
             Some(chunk) => {
-                debug_assert_eq!(chunk.offset + chunk.data.len() as u64, offset, "queue not contiguous");
+                debug_assert_eq!(
+                    chunk.offset + chunk.data.len() as u64,
+                    offset,
+                    "queue not contiguous"
+                );
                 encode_record(kind, index, payload, &mut chunk.data)
             }
             None => 0, // unreachable: a chunk was pushed above
@@ -281,7 +304,12 @@ impl State {
         self.active_end = data.len() as u64;
         self.active_records = 0;
         self.segments.insert(seq, None);
-        self.queue.push(Chunk { seq, create: true, offset: 0, data });
+        self.queue.push(Chunk {
+            seq,
+            create: true,
+            offset: 0,
+            data,
+        });
     }
 
     fn check_poison(&self) -> Result<(), LogError> {
@@ -312,10 +340,13 @@ impl Log {
         }
         if let SyncMode::Periodic { period_ms } = opts.sync {
             if period_ms < MIN_SYNC_PERIOD_MS {
-                return Err(LogError::Invalid(format!("sync period_ms {period_ms} below {MIN_SYNC_PERIOD_MS}")));
+                return Err(LogError::Invalid(format!(
+                    "sync period_ms {period_ms} below {MIN_SYNC_PERIOD_MS}"
+                )));
             }
         }
-        vfs.create_dir_all(dir).map_err(|e| io_err(format!("create {}", dir.display()), e))?;
+        vfs.create_dir_all(dir)
+            .map_err(|e| io_err(format!("create {}", dir.display()), e))?;
         let rec = recovery::recover(&*vfs, dir)?;
         let mut segments: BTreeMap<u64, Option<Arc<dyn VfsFile>>> =
             rec.segments.into_iter().map(|(s, f)| (s, Some(f))).collect();
@@ -362,18 +393,25 @@ impl Log {
             .spawn(move || flusher::run(for_thread))
             .map_err(|e| io_err("spawn log flusher thread", e))?;
         let flusher_id = join.thread().id();
-        Ok(Log { handle: Arc::new(Handle { shared, flusher: Mutex::new(Some(join)), flusher_id }) })
+        Ok(Log {
+            handle: Arc::new(Handle {
+                shared,
+                flusher: Mutex::new(Some(join)),
+                flusher_id,
+            }),
+        })
     }
 
     fn shared(&self) -> &Shared {
         &self.handle.shared
     }
 
-    /// Appends records with contiguous indexes (first = last_index + 1, or any index when the
-    /// log is empty). Readable when this returns; `done` fires after they are durable.
+    /// Appends records with contiguous indexes (first = last_index + 1, or any index above the
+    /// purge point when the log is empty). Readable when this returns; `done` fires after they
+    /// are durable.
     ///
-    /// No I/O happens here. Errors (`done` is then dropped uncalled): `Invalid` for a gap or a
-    /// payload above [`limits::MAX_RECORD_PAYLOAD_BYTES`], `Poisoned` after an I/O failure.
+    /// No I/O happens here. Errors (`done` is then dropped uncalled): `Invalid` for a gap, an
+    /// index at or below [`Log::purged_up_to`], or a payload above [`limits::MAX_RECORD_PAYLOAD_BYTES`], `Poisoned` after an I/O failure.
     /// An empty `records` queues `done` to fire after the next flush.
     pub fn append(&self, records: Vec<(u64, Bytes)>, done: AppendCallback) -> Result<(), LogError> {
         for (i, (index, payload)) in records.iter().enumerate() {
@@ -385,23 +423,43 @@ impl Log {
             }
             if let Some((prev, _)) = i.checked_sub(1).and_then(|p| records.get(p)) {
                 if *index != prev + 1 {
-                    return Err(LogError::Invalid(format!("append batch not contiguous: {prev} then {index}")));
+                    return Err(LogError::Invalid(format!(
+                        "append batch not contiguous: {prev} then {index}"
+                    )));
                 }
             }
         }
         let sh = self.shared();
         let mut st = sh.state.lock();
         st.check_poison()?;
-        if let (Some(next), Some((first, _))) = (st.index.next_index(), records.first()) {
-            if *first != next {
-                return Err(LogError::Invalid(format!("append at index {first}, expected {next}")));
+        if let Some((first, _)) = records.first() {
+            if let Some(next) = st.index.next_index() {
+                if *first != next {
+                    return Err(LogError::Invalid(format!(
+                        "append at index {first}, expected {next}"
+                    )));
+                }
+            }
+            if let Some(purged) = st.purged_up_to.filter(|p| first <= p) {
+                return Err(LogError::Invalid(format!(
+                    "append at index {first}, at or below the purge point {purged}"
+                )));
             }
         }
         let count = records.len() as u64;
         for (index, payload) in records {
-            let (seq, offset) = st.push_record(sh.opts.segment_size_bytes, RecordType::Entry, index, &payload);
+            let (seq, offset) =
+                st.push_record(sh.opts.segment_size_bytes, RecordType::Entry, index, &payload);
             let payload_len = payload.len() as u32;
-            st.index.push(index, EntryLoc { seq, offset, payload_len, payload: Some(payload) });
+            st.index.push(
+                index,
+                EntryLoc {
+                    seq,
+                    offset,
+                    payload_len,
+                    payload: Some(payload),
+                },
+            );
         }
         st.callbacks.push(done);
         st.enqueue();
@@ -420,7 +478,12 @@ impl Log {
     pub fn read_range(&self, start: u64, end: u64, max_bytes: usize) -> Result<Vec<(u64, Bytes)>, LogError> {
         enum Slot {
             Ready(Bytes),
-            Disk { file: Arc<dyn VfsFile>, seq: u64, offset: u64, payload_len: u32 },
+            Disk {
+                file: Arc<dyn VfsFile>,
+                seq: u64,
+                offset: u64,
+                payload_len: u32,
+            },
         }
         let mut slots: Vec<(u64, Slot)> = Vec::new();
         {
@@ -462,9 +525,12 @@ impl Log {
             .into_iter()
             .map(|(index, slot)| match slot {
                 Slot::Ready(p) => Ok((index, p)),
-                Slot::Disk { file, seq, offset, payload_len } => {
-                    read_entry(&*file, dir, seq, offset, index, payload_len).map(|p| (index, p))
-                }
+                Slot::Disk {
+                    file,
+                    seq,
+                    offset,
+                    payload_len,
+                } => read_entry(&*file, dir, seq, offset, index, payload_len).map(|p| (index, p)),
             })
             .collect()
     }
@@ -550,7 +616,9 @@ impl Log {
                 .remove_file(&path)
                 .map_err(|e| io_err(format!("remove purged segment {}", path.display()), e))
                 .and_then(|()| {
-                    sh.vfs.sync_dir(&sh.dir).map_err(|e| io_err(format!("sync dir {}", sh.dir.display()), e))
+                    sh.vfs
+                        .sync_dir(&sh.dir)
+                        .map_err(|e| io_err(format!("sync dir {}", sh.dir.display()), e))
                 });
             sh.counters.dir_syncs.fetch_add(1, Ordering::Relaxed);
             if let Err(e) = result {
@@ -565,10 +633,16 @@ impl Log {
     /// fsynced before return; false: durable with the next group flush. Survives purges.
     pub fn put_meta(&self, key: &str, value: Bytes, durable: bool) -> Result<(), LogError> {
         if key.len() > MAX_META_KEY_BYTES {
-            return Err(LogError::Invalid(format!("meta key of {} bytes above {MAX_META_KEY_BYTES}", key.len())));
+            return Err(LogError::Invalid(format!(
+                "meta key of {} bytes above {MAX_META_KEY_BYTES}",
+                key.len()
+            )));
         }
         if 2 + key.len() + value.len() > MAX_RECORD_PAYLOAD_BYTES {
-            return Err(LogError::Invalid(format!("meta value of {} bytes too large", value.len())));
+            return Err(LogError::Invalid(format!(
+                "meta value of {} bytes too large",
+                value.len()
+            )));
         }
         let payload = encode_meta_payload(key, &value);
         let sh = self.shared();
@@ -608,7 +682,10 @@ impl Log {
         sh.work_cv.notify_one();
         while st.durable_ticket < ticket {
             if let Some(msg) = &st.poison {
-                return Err(io_err("waiting for a log flush", std::io::Error::other(msg.clone())));
+                return Err(io_err(
+                    "waiting for a log flush",
+                    std::io::Error::other(msg.clone()),
+                ));
             }
             sh.done_cv.wait(&mut st);
         }
@@ -639,13 +716,19 @@ impl Log {
 /// Creates segment `seq` with just its header, durably (file synced, directory synced).
 fn create_segment(vfs: &dyn Vfs, dir: &Path, seq: u64) -> Result<Arc<dyn VfsFile>, LogError> {
     let path = segment_path(dir, seq);
-    let file = vfs.open(&path, true).map_err(|e| io_err(format!("create {}", path.display()), e))?;
+    let file = vfs
+        .open(&path, true)
+        .map_err(|e| io_err(format!("create {}", path.display()), e))?;
     let mut header = Vec::new();
     encode_segment_header(seq, &mut header);
-    file.set_len(0).map_err(|e| io_err(format!("reset {}", path.display()), e))?;
-    file.write_all_at(&header, 0).map_err(|e| io_err(format!("write {}", path.display()), e))?;
-    file.sync_data().map_err(|e| io_err(format!("sync {}", path.display()), e))?;
-    vfs.sync_dir(dir).map_err(|e| io_err(format!("sync dir {}", dir.display()), e))?;
+    file.set_len(0)
+        .map_err(|e| io_err(format!("reset {}", path.display()), e))?;
+    file.write_all_at(&header, 0)
+        .map_err(|e| io_err(format!("write {}", path.display()), e))?;
+    file.sync_data()
+        .map_err(|e| io_err(format!("sync {}", path.display()), e))?;
+    vfs.sync_dir(dir)
+        .map_err(|e| io_err(format!("sync dir {}", dir.display()), e))?;
     Ok(file)
 }
 
@@ -660,15 +743,20 @@ fn read_entry(
 ) -> Result<Bytes, LogError> {
     let location = || format!("segment {} at offset {offset}", segment_path(dir, seq).display());
     let mut buf = vec![0u8; format::RECORD_OVERHEAD_BYTES + payload_len as usize];
-    file.read_exact_at(&mut buf, offset).map_err(|e| io_err(format!("read {}", location()), e))?;
-    let (rec, _) = format::decode_record(&Bytes::from(buf))
-        .map_err(|e| LogError::Corruption { location: location(), detail: e.to_string() })?;
+    file.read_exact_at(&mut buf, offset)
+        .map_err(|e| io_err(format!("read {}", location()), e))?;
+    let (rec, _) = format::decode_record(&Bytes::from(buf)).map_err(|e| LogError::Corruption {
+        location: location(),
+        detail: e.to_string(),
+    })?;
     if rec.kind != RecordType::Entry || rec.index != index {
         return Err(LogError::Corruption {
             location: location(),
-            detail: format!("expected entry {index}, found {:?} record with index {}", rec.kind, rec.index),
+            detail: format!(
+                "expected entry {index}, found {:?} record with index {}",
+                rec.kind, rec.index
+            ),
         });
     }
     Ok(rec.payload)
 }
-

@@ -20,6 +20,12 @@ pub const DEFAULT_CACHE_SIZE_BYTES: u64 = 64 * 1024 * 1024;
 /// Smallest accepted periodic sync period, in milliseconds.
 pub const MIN_SYNC_PERIOD_MS: u64 = 1;
 
-const _: () = assert!(MAX_RECORD_PAYLOAD_BYTES <= u32::MAX as usize, "record length must fit its u32 field");
-const _: () = assert!(MAX_META_KEY_BYTES <= u16::MAX as usize, "meta key length must fit its u16 field");
+const _: () = assert!(
+    MAX_RECORD_PAYLOAD_BYTES <= u32::MAX as usize,
+    "record length must fit its u32 field"
+);
+const _: () = assert!(
+    MAX_META_KEY_BYTES <= u16::MAX as usize,
+    "meta key length must fit its u16 field"
+);
 const _: () = assert!(MIN_SEGMENT_SIZE_BYTES <= DEFAULT_SEGMENT_SIZE_BYTES);

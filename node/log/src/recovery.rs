@@ -42,15 +42,21 @@ fn io_err(context: String, source: std::io::Error) -> LogError {
 }
 
 fn corruption(path: &Path, offset: u64, detail: String) -> LogError {
-    LogError::Corruption { location: format!("segment {} at offset {offset}", path.display()), detail }
+    LogError::Corruption {
+        location: format!("segment {} at offset {offset}", path.display()),
+        detail,
+    }
 }
 
 fn read_whole(file: &dyn VfsFile, path: &Path) -> Result<Bytes, LogError> {
-    let len = file.len().map_err(|e| io_err(format!("stat {}", path.display()), e))?;
+    let len = file
+        .len()
+        .map_err(|e| io_err(format!("stat {}", path.display()), e))?;
     let len = usize::try_from(len)
         .map_err(|_| corruption(path, 0, format!("segment length {len} does not fit in memory")))?;
     let mut buf = vec![0u8; len];
-    file.read_exact_at(&mut buf, 0).map_err(|e| io_err(format!("read {}", path.display()), e))?;
+    file.read_exact_at(&mut buf, 0)
+        .map_err(|e| io_err(format!("read {}", path.display()), e))?;
     Ok(Bytes::from(buf))
 }
 
@@ -73,17 +79,18 @@ pub(crate) fn recover(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered, LogError> 
         .filter_map(|p| parse_segment_name(&p).map(|seq| (seq, p)))
         .collect();
     found.sort();
-    let mut out = Recovered { max_seq_seen: found.last().map_or(0, |(s, _)| *s), ..Default::default() };
+    let mut out = Recovered {
+        max_seq_seen: found.last().map_or(0, |(s, _)| *s),
+        ..Default::default()
+    };
 
-    // Pass 1: drop trailing torn creations.
-    let mut images: Vec<(u64, PathBuf, Arc<dyn VfsFile>, Bytes)> = Vec::with_capacity(found.len());
-    for (seq, path) in found {
-        let file = vfs.open(&path, false).map_err(|e| io_err(format!("open {}", path.display()), e))?;
-        let buf = read_whole(&*file, &path)?;
-        images.push((seq, path, file, buf));
-    }
-    while let Some((seq, path, _, buf)) = images.last() {
-        if check_segment_header(buf, *seq).is_ok() || valid_record_at_or_after(buf, 0).is_some() {
+    // Pass 1: drop trailing torn creations (newest first; one segment in memory at a time).
+    while let Some((seq, path)) = found.last() {
+        let file = vfs
+            .open(path, false)
+            .map_err(|e| io_err(format!("open {}", path.display()), e))?;
+        let buf = read_whole(&*file, path)?;
+        if check_segment_header(&buf, *seq).is_ok() || valid_record_at_or_after(&buf, 0).is_some() {
             break;
         }
         tracing::warn!(
@@ -91,18 +98,28 @@ pub(crate) fn recover(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered, LogError> 
             len_bytes = buf.len(),
             "log recovery: removing newest segment with a torn header and no valid record (crash during creation)"
         );
-        vfs.remove_file(path).map_err(|e| io_err(format!("remove {}", path.display()), e))?;
-        vfs.sync_dir(dir).map_err(|e| io_err(format!("sync dir {}", dir.display()), e))?;
-        images.pop();
+        vfs.remove_file(path)
+            .map_err(|e| io_err(format!("remove {}", path.display()), e))?;
+        vfs.sync_dir(dir)
+            .map_err(|e| io_err(format!("sync dir {}", dir.display()), e))?;
+        found.pop();
     }
 
     // Pass 2: verify and replay in order.
-    let count = images.len();
+    let count = found.len();
     let mut prev_seq: Option<u64> = None;
-    for (i, (seq, path, file, buf)) in images.into_iter().enumerate() {
+    for (i, (seq, path)) in found.into_iter().enumerate() {
+        let file = vfs
+            .open(&path, false)
+            .map_err(|e| io_err(format!("open {}", path.display()), e))?;
+        let buf = read_whole(&*file, &path)?;
         if let Some(p) = prev_seq {
             if seq != p + 1 {
-                return Err(corruption(&path, 0, format!("segment {} is missing (found {p} then {seq})", p + 1)));
+                return Err(corruption(
+                    &path,
+                    0,
+                    format!("segment {} is missing (found {p} then {seq})", p + 1),
+                ));
             }
         }
         prev_seq = Some(seq);
@@ -117,8 +134,10 @@ pub(crate) fn recover(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered, LogError> 
                 cut_bytes = buf.len() as u64 - valid_end,
                 "log recovery: cutting torn tail of the newest segment back to its last valid record"
             );
-            file.set_len(valid_end).map_err(|e| io_err(format!("cut tail of {}", path.display()), e))?;
-            file.sync_data().map_err(|e| io_err(format!("sync {}", path.display()), e))?;
+            file.set_len(valid_end)
+                .map_err(|e| io_err(format!("cut tail of {}", path.display()), e))?;
+            file.sync_data()
+                .map_err(|e| io_err(format!("sync {}", path.display()), e))?;
         }
         if is_last {
             out.last = Some((seq, valid_end, records));
@@ -143,7 +162,11 @@ fn replay_segment(
             Ok(ok) => ok,
             Err(e) => {
                 if !is_last {
-                    return Err(corruption(path, pos as u64, format!("{e} (not the newest segment)")));
+                    return Err(corruption(
+                        path,
+                        pos as u64,
+                        format!("{e} (not the newest segment)"),
+                    ));
                 }
                 if let Some(next) = valid_record_at_or_after(buf, pos + 1) {
                     return Err(corruption(
@@ -183,7 +206,15 @@ fn apply(
                 }
             }
             let payload_len = payload.len() as u32;
-            out.index.push(index, EntryLoc { seq, offset, payload_len, payload: None });
+            out.index.push(
+                index,
+                EntryLoc {
+                    seq,
+                    offset,
+                    payload_len,
+                    payload: None,
+                },
+            );
         }
         RecordType::Meta => {
             let (key, value) = decode_meta_payload(payload)

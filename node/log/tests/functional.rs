@@ -14,7 +14,10 @@ use ftkv_log::{limits, Log, LogError, LogOptions, SyncMode};
 use ftkv_vfs::{FaultVfs, RealVfs, Vfs};
 
 fn opts(segment_size_bytes: u64) -> LogOptions {
-    LogOptions { segment_size_bytes, sync: SyncMode::Always }
+    LogOptions {
+        segment_size_bytes,
+        sync: SyncMode::Always,
+    }
 }
 
 fn fault_log(vfs: &Arc<FaultVfs>, segment_size_bytes: u64) -> Result<Log, LogError> {
@@ -39,7 +42,10 @@ fn append_read_reopen_on_real_files() {
         assert_eq!(read_all(&log), records(1, 100, 100));
         let st = log.stats();
         assert_eq!(st.records_appended, 100);
-        assert!(st.segments > 2, "100 records of ~117 bytes roll 4 KiB segments: {st:?}");
+        assert!(
+            st.segments > 2,
+            "100 records of ~117 bytes roll 4 KiB segments: {st:?}"
+        );
         assert!(st.fsyncs >= 10);
     }
     let log = Log::open(vfs, dir.path(), opts(4096)).unwrap();
@@ -55,9 +61,21 @@ fn read_range_bounds_and_max_bytes() {
     let log = fault_log(&vfs, 1 << 20).unwrap();
     append_wait(&log, records(10, 10, 100)).unwrap();
     assert_eq!(log.read_range(12, 15, usize::MAX).unwrap(), records(12, 3, 100));
-    assert_eq!(log.read_range(0, 12, usize::MAX).unwrap(), records(10, 2, 100), "clamped to first");
-    assert_eq!(log.read_range(18, 100, usize::MAX).unwrap(), records(18, 2, 100), "clamped to last");
-    assert_eq!(log.read_range(10, 20, 250).unwrap().len(), 2, "stops before exceeding max_bytes");
+    assert_eq!(
+        log.read_range(0, 12, usize::MAX).unwrap(),
+        records(10, 2, 100),
+        "clamped to first"
+    );
+    assert_eq!(
+        log.read_range(18, 100, usize::MAX).unwrap(),
+        records(18, 2, 100),
+        "clamped to last"
+    );
+    assert_eq!(
+        log.read_range(10, 20, 250).unwrap().len(),
+        2,
+        "stops before exceeding max_bytes"
+    );
     assert_eq!(log.read_range(10, 20, 0).unwrap().len(), 1, "at least one record");
     assert!(log.read_range(30, 40, usize::MAX).unwrap().is_empty());
     assert!(log.read_range(15, 12, usize::MAX).unwrap().is_empty());
@@ -81,16 +99,28 @@ fn append_rejects_gaps_and_oversized_records() {
     let log = fault_log(&vfs, 1 << 20).unwrap();
     append_wait(&log, records(5, 3, 10)).unwrap();
     let nop = || Box::new(|_| {}) as ftkv_log::AppendCallback;
-    assert!(matches!(log.append(records(9, 1, 1), nop()), Err(LogError::Invalid(_))));
-    assert!(matches!(log.append(records(7, 1, 1), nop()), Err(LogError::Invalid(_))));
+    assert!(matches!(
+        log.append(records(9, 1, 1), nop()),
+        Err(LogError::Invalid(_))
+    ));
+    assert!(matches!(
+        log.append(records(7, 1, 1), nop()),
+        Err(LogError::Invalid(_))
+    ));
     let gap = vec![(8, Bytes::new()), (10, Bytes::new())];
     assert!(matches!(log.append(gap, nop()), Err(LogError::Invalid(_))));
     let huge = vec![(8, Bytes::from(vec![0u8; limits::MAX_RECORD_PAYLOAD_BYTES + 1]))];
     let err = log.append(huge, nop()).unwrap_err();
     assert!(err.to_string().contains("above the limit"), "{err}");
-    assert!(matches!(log.put_meta(&"k".repeat(2000), Bytes::new(), true), Err(LogError::Invalid(_))));
+    assert!(matches!(
+        log.put_meta(&"k".repeat(2000), Bytes::new(), true),
+        Err(LogError::Invalid(_))
+    ));
     assert_eq!(log.last_index(), Some(7));
-    assert!(Log::open(vfs.clone(), Path::new("/other"), opts(10)).is_err(), "segment size below minimum");
+    assert!(
+        Log::open(vfs.clone(), Path::new("/other"), opts(10)).is_err(),
+        "segment size below minimum"
+    );
 }
 
 #[test]
@@ -117,7 +147,11 @@ fn truncate_then_reappend_survives_reopen() {
     drop(log);
     vfs.crash(false);
     let log = fault_log(&vfs, 2048).unwrap();
-    assert_eq!(read_all(&log), records(500, 2, 1), "after emptying, any index may start the log");
+    assert_eq!(
+        read_all(&log),
+        records(500, 2, 1),
+        "after emptying, any index may start the log"
+    );
 }
 
 #[test]
@@ -126,7 +160,8 @@ fn purge_deletes_segments_and_metas_survive() {
     {
         let log = fault_log(&vfs, 1024).unwrap();
         log.put_meta("vote", Bytes::from_static(b"term=3"), true).unwrap();
-        log.put_meta("committed", Bytes::from_static(b"c1"), false).unwrap();
+        log.put_meta("committed", Bytes::from_static(b"c1"), false)
+            .unwrap();
         for i in 0..40 {
             append_wait(&log, records(1 + i * 5, 5, 60)).unwrap();
         }
@@ -165,7 +200,11 @@ fn meta_overwrite_and_durability() {
     log.put_meta("vote", Bytes::from_static(b"1"), true).unwrap();
     log.put_meta("vote", Bytes::from_static(b"2"), true).unwrap();
     log.put_meta("lazy", Bytes::from_static(b"x"), false).unwrap();
-    assert_eq!(log.get_meta("lazy"), Some(Bytes::from_static(b"x")), "visible at once");
+    assert_eq!(
+        log.get_meta("lazy"),
+        Some(Bytes::from_static(b"x")),
+        "visible at once"
+    );
     vfs.set_crash_point(Some(vfs.op_count())); // power loss now
     drop(log);
     vfs.crash(false);
@@ -209,7 +248,8 @@ fn zeroed_last_page_is_a_torn_tail() {
     let seg = segments(&vfs).pop().unwrap();
     let len = vfs.durable_len(&seg).unwrap();
     let page = len / 4096 * 4096;
-    vfs.inject_bytes(&seg, page, &vec![0u8; (len - page) as usize]).unwrap();
+    vfs.inject_bytes(&seg, page, &vec![0u8; (len - page) as usize])
+        .unwrap();
     let log = fault_log(&vfs, 1 << 20).unwrap();
     let last = log.last_index().unwrap();
     assert!(last < 200 && last > 100, "kept a prefix: {last}");
@@ -230,7 +270,10 @@ fn bad_record_followed_by_valid_ones_is_corruption() {
     match err {
         LogError::Corruption { location, detail } => {
             assert!(location.contains("00000000000000000001.seg"), "{location}");
-            assert!(location.contains(&format!("offset {}", 32 + 4 * 67)), "{location}");
+            assert!(
+                location.contains(&format!("offset {}", 32 + 4 * 67)),
+                "{location}"
+            );
             assert!(detail.contains("not a torn tail"), "{detail}");
         }
         other => panic!("expected corruption, got {other:?}"),
@@ -252,7 +295,10 @@ fn damage_in_an_older_segment_is_corruption() {
     let len = vfs.durable_len(&segs[0]).unwrap();
     vfs.inject_len(&segs[0], len - 3).unwrap();
     let err = fault_log(&vfs, 1024).unwrap_err();
-    assert!(matches!(&err, LogError::Corruption { detail, .. } if detail.contains("not the newest")), "{err}");
+    assert!(
+        matches!(&err, LogError::Corruption { detail, .. } if detail.contains("not the newest")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -268,7 +314,10 @@ fn missing_middle_segment_is_corruption() {
     vfs.remove_file(&segs[2]).unwrap();
     vfs.sync_dir(Path::new("/log")).unwrap();
     let err = fault_log(&vfs, 1024).unwrap_err();
-    assert!(matches!(&err, LogError::Corruption { detail, .. } if detail.contains("missing")), "{err}");
+    assert!(
+        matches!(&err, LogError::Corruption { detail, .. } if detail.contains("missing")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -279,7 +328,9 @@ fn torn_segment_creation_is_removed() {
         append_wait(&log, records(1, 5, 50)).unwrap();
     }
     // A crash right after creating the next segment: the name is durable, the header is not.
-    let f = vfs.open(Path::new("/log/00000000000000000002.seg"), true).unwrap();
+    let f = vfs
+        .open(Path::new("/log/00000000000000000002.seg"), true)
+        .unwrap();
     f.write_all_at(&[0xAB; 10], 0).unwrap();
     f.sync_data().unwrap();
     vfs.sync_dir(Path::new("/log")).unwrap();
@@ -299,16 +350,26 @@ fn failed_fsync_poisons_the_log() {
     assert!(matches!(err, LogError::Io { .. }), "{err:?}");
     assert!(log.is_poisoned());
     let nop = || Box::new(|_| {}) as ftkv_log::AppendCallback;
-    assert!(matches!(log.append(records(6, 1, 1), nop()), Err(LogError::Poisoned)));
+    assert!(matches!(
+        log.append(records(6, 1, 1), nop()),
+        Err(LogError::Poisoned)
+    ));
     assert!(matches!(log.truncate(2), Err(LogError::Poisoned)));
     assert!(matches!(log.purge(2), Err(LogError::Poisoned)));
-    assert!(matches!(log.put_meta("k", Bytes::new(), false), Err(LogError::Poisoned)));
+    assert!(matches!(
+        log.put_meta("k", Bytes::new(), false),
+        Err(LogError::Poisoned)
+    ));
     assert!(matches!(log.sync(), Err(LogError::Poisoned)));
     assert!(matches!(log.read_range(1, 2, 10), Err(LogError::Poisoned)));
     drop(log);
     vfs.crash(false);
     let log = fault_log(&vfs, 1 << 20).unwrap();
-    assert_eq!(read_all(&log), records(1, 3, 10), "the failed batch was never acknowledged");
+    assert_eq!(
+        read_all(&log),
+        records(1, 3, 10),
+        "the failed batch was never acknowledged"
+    );
 }
 
 #[test]
@@ -345,7 +406,10 @@ fn poison_fails_every_queued_callback() {
 #[test]
 fn periodic_mode_acks_before_sync_and_sync_makes_durable() {
     let vfs = FaultVfs::new(15);
-    let periodic = LogOptions { segment_size_bytes: 1 << 20, sync: SyncMode::Periodic { period_ms: 60_000 } };
+    let periodic = LogOptions {
+        segment_size_bytes: 1 << 20,
+        sync: SyncMode::Periodic { period_ms: 60_000 },
+    };
     {
         let log = Log::open(vfs.clone(), Path::new("/log"), periodic.clone()).unwrap();
         append_wait(&log, records(1, 5, 10)).unwrap();
@@ -355,11 +419,18 @@ fn periodic_mode_acks_before_sync_and_sync_makes_durable() {
     }
     vfs.crash(false);
     let log = Log::open(vfs.clone(), Path::new("/log"), periodic).unwrap();
-    assert_eq!(read_all(&log), records(1, 5, 10), "documented weaker durability: unsynced acks lost");
+    assert_eq!(
+        read_all(&log),
+        records(1, 5, 10),
+        "documented weaker durability: unsynced acks lost"
+    );
 
     // A short period syncs by itself.
     let vfs = FaultVfs::new(16);
-    let fast = LogOptions { segment_size_bytes: 1 << 20, sync: SyncMode::Periodic { period_ms: 5 } };
+    let fast = LogOptions {
+        segment_size_bytes: 1 << 20,
+        sync: SyncMode::Periodic { period_ms: 5 },
+    };
     let log = Log::open(vfs.clone(), Path::new("/log"), fast).unwrap();
     append_wait(&log, records(1, 5, 10)).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -402,10 +473,13 @@ fn dropping_the_log_flushes_pending_appends() {
         let log = fault_log(&vfs, 4096).unwrap();
         for i in 0..30u64 {
             let fired = fired.clone();
-            log.append(records(1 + i, 1, 30), Box::new(move |r| {
-                assert!(r.is_ok());
-                fired.fetch_add(1, Ordering::SeqCst);
-            }))
+            log.append(
+                records(1 + i, 1, 30),
+                Box::new(move |r| {
+                    assert!(r.is_ok());
+                    fired.fetch_add(1, Ordering::SeqCst);
+                }),
+            )
             .unwrap();
         }
     }

@@ -71,6 +71,8 @@ struct Shared {
     committed_index: AtomicU64,
     /// Byte cap of one `limited_get_log_entries` answer.
     append_entries_max_bytes: usize,
+    /// TEST ONLY canary: complete appends before fsync (breaks durability on purpose).
+    unsafe_ack_before_fsync: bool,
 }
 
 /// The Raft log store. Cheap to clone; clones share the log (also used as the log reader).
@@ -82,7 +84,13 @@ pub struct LogStore {
 impl LogStore {
     /// Wraps an opened log, recovering the last log id and the purge point from it.
     /// `append_entries_max_bytes` caps one AppendEntries payload (at least one entry is sent).
-    pub fn new(log: Log, append_entries_max_bytes: usize) -> Result<Self, StorageError> {
+    /// `unsafe_ack_before_fsync` (TEST ONLY canary for the Jepsen harness) reports appends
+    /// durable before they are, which must make the harness find lost acknowledged writes.
+    pub fn new(
+        log: Log,
+        append_entries_max_bytes: usize,
+        unsafe_ack_before_fsync: bool,
+    ) -> Result<Self, StorageError> {
         let last_purged: Option<LogId> = match log.get_meta(META_LAST_PURGED) {
             Some(b) => decode_versioned(&b).map_err(|e| read_error(ErrorSubject::Logs, e))?,
             None => None,
@@ -98,6 +106,7 @@ impl LogStore {
                 last_purged: Mutex::new(last_purged),
                 committed_index: AtomicU64::new(committed.map_or(0, |c| c.index)),
                 append_entries_max_bytes,
+                unsafe_ack_before_fsync,
             }),
         };
         let last = store.read_last_log_id()?;
@@ -281,26 +290,39 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        // Entries at or below the purge point are already covered by the state machine (openraft
+        // purges only applied entries) and the log refuses them; skip them. The callback still
+        // goes through the log so completions stay in order with earlier appends.
+        let purged_index = (*self.shared.last_purged.lock()).map(|p| p.index);
         let mut records = Vec::new();
         let mut last = None;
         for entry in entries {
+            if purged_index.is_some_and(|p| entry.log_id.index <= p) {
+                continue;
+            }
             let bytes =
                 encode_versioned(&entry).map_err(|e| write_error(ErrorSubject::Log(entry.log_id), e))?;
             records.push((entry.log_id.index, Bytes::from(bytes)));
             last = Some(entry.log_id);
         }
-        let Some(last) = last else {
-            callback.log_io_completed(Ok(()));
-            return Ok(());
-        };
         // Readable once `append` returns; `last_log_id` follows the in-memory state.
-        let done: ftkv_log::AppendCallback =
-            Box::new(move |res| callback.log_io_completed(res.map_err(io_error)));
+        let done: ftkv_log::AppendCallback = if self.shared.unsafe_ack_before_fsync {
+            callback.log_io_completed(Ok(()));
+            Box::new(|res| {
+                if let Err(e) = res {
+                    tracing::error!(error = %e, "log flush failed after early acknowledgement (unsafe canary)");
+                }
+            })
+        } else {
+            Box::new(move |res| callback.log_io_completed(res.map_err(io_error)))
+        };
         self.shared
             .log
             .append(records, done)
             .map_err(|e| write_error(ErrorSubject::Logs, e))?;
-        *self.shared.last_log_id.lock() = Some(last);
+        if let Some(last) = last {
+            *self.shared.last_log_id.lock() = Some(last);
+        }
         Ok(())
     }
 

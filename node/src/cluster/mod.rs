@@ -168,8 +168,9 @@ const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 20_000;
 const SNAPSHOT_CHUNK_MAX_BYTES: u64 = 4 * 1024 * 1024;
 /// Entries per AppendEntries (bytes are capped separately by the log store).
 const MAX_PAYLOAD_ENTRIES: u64 = 4096;
-/// Log entries purged per purge call.
-const PURGE_BATCH_SIZE: u64 = 1024;
+/// Most log entries purged per purge call (fewer when snapshots are more frequent, so a purge
+/// follows every few snapshots).
+const PURGE_BATCH_SIZE_MAX: u64 = 1024;
 
 struct Inner {
     config: ClusterConfig,
@@ -200,7 +201,7 @@ fn raft_config(config: &ClusterConfig) -> Result<openraft::Config, ClusterError>
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_every_entries.max(1)),
         snapshot_max_chunk_size: chunk,
         max_in_snapshot_log_to_keep: config.max_in_snapshot_log_to_keep,
-        purge_batch_size: PURGE_BATCH_SIZE,
+        purge_batch_size: (config.snapshot_every_entries / 4).clamp(1, PURGE_BATCH_SIZE_MAX),
         ..Default::default()
     };
     raft_config
@@ -238,7 +239,7 @@ impl ClusterNode {
             .min(config.peer_max_message_bytes / 2)
             .max(64 * 1024);
         let log_store =
-            log_store::LogStore::new(log, append_max).map_err(|e| ClusterError::Storage(e.to_string()))?;
+            log_store::LogStore::new(log, append_max, config.unsafe_ack_before_fsync).map_err(|e| ClusterError::Storage(e.to_string()))?;
         let state_machine = {
             let dir = snapshot_dir.clone();
             tokio::task::spawn_blocking(move || state_machine::StateMachine::open(engine, &dir))

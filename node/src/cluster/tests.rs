@@ -35,7 +35,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Sui
         };
         let log = ftkv_log::Log::open(Arc::new(ftkv_vfs::RealVfs), &dir.path().join("log"), opts)
             .map_err(|e| types::write_error(openraft::ErrorSubject::Store, e))?;
-        let log_store = LogStore::new(log, 1 << 20)?;
+        let log_store = LogStore::new(log, 1 << 20, false)?;
         let engine: Arc<dyn Engine> = if self.sled {
             Arc::new(
                 SledEngine::open(&EngineOptions {
@@ -103,6 +103,7 @@ fn config(id: u64, dir: &Path, peer: &str, snapshot_every_entries: u64) -> Clust
         batch_max_in_flight: 2,
         peer_max_message_bytes: 64 << 20,
         unsafe_local_reads: false,
+        unsafe_ack_before_fsync: false,
     }
 }
 
@@ -436,6 +437,114 @@ async fn follower_behind_purge_point_catches_up_by_snapshot_and_restart_replays(
     }
     assert!(restarted.node.inner.raft.metrics().borrow().snapshot.is_some());
     restarted.stop().await;
+    for n in nodes.into_iter().flatten() {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn restart_without_checkpoint_replays_committed_entries_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (l, addr) = listeners(1).await.pop().unwrap();
+    let peers: BTreeMap<u64, String> = [(1u64, addr.clone())].into_iter().collect();
+    let engine = Arc::new(ModelEngine::new());
+    let node = start_node(config(1, dir.path(), &addr, 1_000_000), engine.clone(), l).await;
+    node.node.initialize(peers.clone(), 5_000).await.unwrap();
+    wait_for_leader(&[&node.node], Duration::from_secs(10)).await;
+    // Concurrent writes of one client: the lowest outstanding sequence is the phase start.
+    let add = |seq: u64, first: u64| Command::Write {
+        session: Some(Session { client_id: 42, sequence: seq, first_incomplete: first }),
+        ops: vec![upsert(b"c".to_vec(), UpsertOp::Add(1))],
+    };
+    let run_phase = |seqs: std::ops::RangeInclusive<u64>| {
+        let n = node.node.clone();
+        async move {
+            let first = *seqs.start();
+            let mut handles = Vec::new();
+            for seq in seqs {
+                let n = n.clone();
+                handles.push(tokio::spawn(async move { n.write(add(seq, first)).await.unwrap() }));
+            }
+            let mut last_index = 0;
+            for h in handles {
+                let (result, index) = h.await.unwrap();
+                assert_eq!(result, CommandResult::Written);
+                last_index = last_index.max(index);
+            }
+            last_index
+        }
+    };
+    run_phase(1..=150).await;
+    // The engine's durable image as of a checkpoint in the middle (data and metadata together).
+    let checkpoint_data = engine.snapshot();
+    let checkpoint_meta = engine.meta().unwrap().unwrap();
+    let last_index = run_phase(151..=300).await;
+    assert_eq!(counter(engine.as_ref(), b"c"), 300);
+    // "Crash": stop Raft without the shutdown checkpoint and reopen the engine at the older
+    // checkpoint; the log (the write-ahead log) must bring it forward exactly once.
+    node.node.inner.raft.shutdown().await.unwrap();
+    let _ = node.stop_server.unwrap().send(());
+    let _ = node.server.await;
+    drop(node.node);
+
+    let restored = Arc::new(ModelEngine::new());
+    let mut pairs = checkpoint_data.into_iter().map(Ok);
+    restored.replace_all(&mut pairs, &checkpoint_meta).unwrap();
+    assert_eq!(counter(restored.as_ref(), b"c"), 150);
+    let meta: super::state_machine::PersistedMeta =
+        super::log_store::decode_versioned(&checkpoint_meta).unwrap();
+    assert!(meta.last_applied.unwrap().index < last_index, "the restart must replay entries");
+    let l = TcpListener::bind(&addr).await.unwrap();
+    let node = start_node(config(1, dir.path(), &addr, 1_000_000), restored.clone(), l).await;
+    node.node.initialize(peers, 5_000).await.unwrap();
+    wait_for_leader(&[&node.node], Duration::from_secs(10)).await;
+    node.node.read_barrier().await.unwrap();
+    assert!(node.node.status().applied_index >= last_index);
+    assert_eq!(counter(restored.as_ref(), b"c"), 300);
+    // A retry of an already applied sequence is recognized after the restart.
+    assert_eq!(node.node.write(add(300, 151)).await.unwrap().0, CommandResult::Written);
+    node.node.read_barrier().await.unwrap();
+    assert_eq!(counter(restored.as_ref(), b"c"), 300);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ack_all_waits_for_every_voter_and_reports_not_on_all_replicas() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let ls = listeners(3).await;
+    let peers: BTreeMap<u64, String> = ls.iter().enumerate().map(|(i, (_, a))| (i as u64 + 1, a.clone())).collect();
+    let mut nodes: Vec<Option<TestNode>> = Vec::new();
+    for (i, (l, addr)) in ls.into_iter().enumerate() {
+        let mut cfg = config(i as u64 + 1, dirs[i].path(), &addr, 100_000);
+        cfg.ack = AckPolicy::All;
+        cfg.ack_all_timeout_ms = 500;
+        nodes.push(Some(start_node(cfg, Arc::new(ModelEngine::new()), l).await));
+    }
+    let leader_id = {
+        let all: Vec<ClusterNode> = nodes.iter().map(|n| n.as_ref().unwrap().node.clone()).collect();
+        all[0].initialize(peers, 10_000).await.unwrap();
+        wait_for_leader(&all.iter().collect::<Vec<_>>(), Duration::from_secs(15)).await
+    };
+    let leader = nodes[(leader_id - 1) as usize].as_ref().unwrap().node.clone();
+    let put = |k: &str| Command::Write {
+        session: None,
+        ops: vec![WriteOp::Put { key: k.as_bytes().to_vec(), value: b"v".to_vec() }],
+    };
+    let (r, index) = leader.write(put("a")).await.unwrap();
+    assert_eq!(r, CommandResult::Written);
+    // Every node already holds the entry when the write is acknowledged.
+    let matched = leader.inner.raft.metrics().borrow().replication.clone().unwrap();
+    assert!(matched.values().all(|m| m.is_some_and(|l| l.index >= index)), "{matched:?}");
+
+    let follower = (0..3).find(|&i| i as u64 + 1 != leader_id).unwrap();
+    nodes[follower].take().unwrap().stop().await;
+    match leader.write(put("b")).await {
+        Err(ClusterError::NotOnAllReplicas { log_index }) => assert!(log_index > index),
+        other => panic!("expected NotOnAllReplicas, got {other:?}"),
+    }
+    // Committed nonetheless (never silently weaker, never lost).
+    leader.read_barrier().await.unwrap();
+    assert_eq!(leader.engine().get(b"b").unwrap(), Some(b"v".to_vec()));
     for n in nodes.into_iter().flatten() {
         n.stop().await;
     }

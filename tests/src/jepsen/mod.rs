@@ -5,3 +5,10 @@
 
 pub mod checker;
 pub mod history;
+pub mod db;
+pub mod nemesis;
+pub mod netns;
+pub mod report;
+pub mod workload;
+pub mod runner;
+pub mod scenario;

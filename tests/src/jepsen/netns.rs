@@ -97,6 +97,7 @@ pub fn cleanup_leftovers() -> Vec<String> {
     if let Ok(list) = run_cmd("ip", &["-o", "link", "show", "type", "bridge"]) {
         for name in list.lines().filter_map(|l| l.split(':').nth(1)).map(str::trim) {
             if name.starts_with("fj") && run_cmd("ip", &["link", "del", name]).is_ok() {
+                let _ = run_cmd("iptables", &["-D", "FORWARD", "-i", name, "-o", name, "-j", "ACCEPT"]);
                 removed.push(name.to_string());
             }
         }
@@ -169,6 +170,9 @@ impl NetnsCluster {
         run_cmd("ip", &["link", "add", br, "type", "bridge"])?;
         run_cmd("ip", &["addr", "add", &format!("10.213.{}.254/24", self.subnet), "dev", br])?;
         run_cmd("ip", &["link", "set", br, "up"])?;
+        // With br_netfilter loaded (Docker does that) bridged frames traverse the root FORWARD
+        // chain, whose policy Docker sets to DROP: let our bridge's own traffic through.
+        run_cmd("iptables", &["-I", "FORWARD", "-i", br, "-o", br, "-j", "ACCEPT"])?;
         Ok(())
     }
 
@@ -326,17 +330,17 @@ impl NetnsCluster {
         nodes.get_mut(&id).and_then(|n| n.child.as_mut()).is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
-    /// Cuts the network so that only nodes in the same group talk to each other: in each node's
-    /// namespace, DROP rules for the addresses of every node outside its group. Nodes not named in
-    /// any group are isolated from everyone. Heals first.
+    /// Cuts the network so that two nodes talk only when some group holds both (groups may
+    /// overlap: `[[a,b],[b,c]]` is the bridge a-b-c): in each node's namespace, DROP rules for the
+    /// addresses of every node it shares no group with. Heals first.
     pub fn partition(&self, groups: &[Vec<u64>]) -> Result<(), NetnsError> {
         self.heal()?;
         let nodes: Vec<(u64, String, String)> =
             self.lock().iter().map(|(id, n)| (*id, n.ns.clone(), n.addr.clone())).collect();
-        let group_of = |id: u64| groups.iter().position(|g| g.contains(&id));
+        let connected = |a: u64, b: u64| groups.iter().any(|g| g.contains(&a) && g.contains(&b));
         for (a, ns, _) in &nodes {
             for (b, _, addr_b) in &nodes {
-                if a == b || (group_of(*a).is_some() && group_of(*a) == group_of(*b)) {
+                if a == b || connected(*a, *b) {
                     continue;
                 }
                 run_cmd("ip", &["netns", "exec", ns, "iptables", "-A", "INPUT", "-s", addr_b, "-j", "DROP"])?;
@@ -395,6 +399,7 @@ impl NetnsCluster {
             let _ = run_cmd("ip", &["netns", "del", &node.ns]);
             let _ = run_cmd("ip", &["link", "del", &node.host_veth]);
         }
+        let _ = run_cmd("iptables", &["-D", "FORWARD", "-i", &self.bridge, "-o", &self.bridge, "-j", "ACCEPT"]);
         let _ = run_cmd("ip", &["link", "del", &self.bridge]);
     }
 }

@@ -109,7 +109,10 @@ impl<'a> R<'a> {
     }
     fn take(&mut self, n: usize) -> Result<&'a [u8], Detail> {
         let end = self.pos.checked_add(n).ok_or("length overflow")?;
-        let s = self.buf.get(self.pos..end).ok_or_else(|| format!("truncated at byte {}", self.pos))?;
+        let s = self
+            .buf
+            .get(self.pos..end)
+            .ok_or_else(|| format!("truncated at byte {}", self.pos))?;
         self.pos = end;
         Ok(s)
     }
@@ -140,7 +143,10 @@ impl<'a> R<'a> {
 }
 
 fn corruption(location: &str, detail: impl Into<String>) -> EngineError {
-    EngineError::Corruption { location: location.to_string(), detail: detail.into() }
+    EngineError::Corruption {
+        location: location.to_string(),
+        detail: detail.into(),
+    }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -166,7 +172,9 @@ pub fn encode_header(h: &Header) -> Vec<u8> {
 /// Decodes a header slot; `Ok(None)` when the slot does not hold a valid header (never written,
 /// torn, or zeroed), `Err(UnsupportedVersion)` when it is valid but too new.
 pub fn decode_header(buf: &[u8]) -> Result<Option<Header>> {
-    let Some(body) = buf.get(..HEADER_BYTES) else { return Ok(None) };
+    let Some(body) = buf.get(..HEADER_BYTES) else {
+        return Ok(None);
+    };
     let (data, crc_bytes) = body.split_at(HEADER_BYTES - 4);
     let mut crc = [0u8; 4];
     crc.copy_from_slice(crc_bytes);
@@ -182,11 +190,24 @@ pub fn decode_header(buf: &[u8]) -> Result<Option<Header>> {
         let offset = r.u64()?;
         let size = r.u32()?;
         let bcrc = r.u32()?;
-        Ok((version, Header { counter, btt: BlockLoc { offset, size, crc: bcrc } }))
+        Ok((
+            version,
+            Header {
+                counter,
+                btt: BlockLoc {
+                    offset,
+                    size,
+                    crc: bcrc,
+                },
+            },
+        ))
     })();
     match parsed {
         Ok((version, h)) if version <= FORMAT_VERSION => Ok(Some(h)),
-        Ok((version, _)) => Err(EngineError::UnsupportedVersion { found: version, supported: FORMAT_VERSION }),
+        Ok((version, _)) => Err(EngineError::UnsupportedVersion {
+            found: version,
+            supported: FORMAT_VERSION,
+        }),
         Err(_) => Ok(None),
     }
 }
@@ -234,7 +255,10 @@ pub fn decode_btt(buf: &[u8], location: &str) -> Result<BttImage> {
         }
         let version = r.u32()?;
         if version > FORMAT_VERSION {
-            return Ok(Err(EngineError::UnsupportedVersion { found: version, supported: FORMAT_VERSION }));
+            return Ok(Err(EngineError::UnsupportedVersion {
+                found: version,
+                supported: FORMAT_VERSION,
+            }));
         }
         let _flags = r.u32()?;
         let counter = r.u64()?;
@@ -256,7 +280,14 @@ pub fn decode_btt(buf: &[u8], location: &str) -> Result<BttImage> {
             entries.push((id, BlockLoc { offset, size, crc }));
         }
         r.done()?;
-        Ok(Ok(BttImage { counter, root, next_msn, next_node_id, meta, entries }))
+        Ok(Ok(BttImage {
+            counter,
+            root,
+            next_msn,
+            next_node_id,
+            meta,
+            entries,
+        }))
     })();
     res.map_err(|d| corruption(location, d))?
 }
@@ -271,7 +302,10 @@ fn verify_trailing_crc<'a>(buf: &'a [u8], location: &str) -> Result<&'a [u8]> {
     let stored = u32::from_le_bytes(c);
     let actual = crc32c::crc32c(body);
     if stored != actual {
-        return Err(corruption(location, format!("crc32c mismatch (stored {stored:#010x}, computed {actual:#010x})")));
+        return Err(corruption(
+            location,
+            format!("crc32c mismatch (stored {stored:#010x}, computed {actual:#010x})"),
+        ));
     }
     Ok(body)
 }
@@ -371,11 +405,23 @@ fn decode_buffer(raw: &[u8]) -> Result<Buffer, Detail> {
         }
         last_msn = msn;
         let msg = match r.u8()? {
-            1 => Msg::Point { msn, key: r.bytes()?, op: PointOp::Put(r.bytes()?) },
-            2 => Msg::Point { msn, key: r.bytes()?, op: PointOp::Delete },
+            1 => Msg::Point {
+                msn,
+                key: r.bytes()?,
+                op: PointOp::Put(r.bytes()?),
+            },
+            2 => Msg::Point {
+                msn,
+                key: r.bytes()?,
+                op: PointOp::Delete,
+            },
             3 => {
                 let key = r.bytes()?;
-                Msg::Point { msn, key, op: PointOp::Upsert(decode_upsert(&mut r)?) }
+                Msg::Point {
+                    msn,
+                    key,
+                    op: PointOp::Upsert(decode_upsert(&mut r)?),
+                }
             }
             t @ (4 | 5) => {
                 let start = r.bytes()?;
@@ -384,7 +430,11 @@ fn decode_buffer(raw: &[u8]) -> Result<Buffer, Detail> {
                     1 => Some(r.bytes()?),
                     e => return Err(format!("bad range end tag {e}")),
                 };
-                let op = if t == 4 { RangeOp::Delete } else { RangeOp::Upsert(decode_upsert(&mut r)?) };
+                let op = if t == 4 {
+                    RangeOp::Delete
+                } else {
+                    RangeOp::Upsert(decode_upsert(&mut r)?)
+                };
                 Msg::Range(RangeMsg { msn, start, end, op })
             }
             t => return Err(format!("unknown message tag {t}")),
@@ -426,8 +476,10 @@ fn decode_basement(raw: &[u8]) -> Result<Basement, Detail> {
 fn compress(raw: Vec<u8>, level: Option<i32>) -> Result<Vec<u8>> {
     match level {
         None => Ok(raw),
-        Some(l) => zstd::bulk::compress(&raw, l)
-            .map_err(|source| EngineError::Io { context: "zstd compress".into(), source }),
+        Some(l) => zstd::bulk::compress(&raw, l).map_err(|source| EngineError::Io {
+            context: "zstd compress".into(),
+            source,
+        }),
     }
 }
 
@@ -524,7 +576,10 @@ fn decode_node_inner(buf: &[u8], expect_id: NodeId) -> Result<Node, NodeErr> {
     }
     let version = r.u32()?;
     if version > FORMAT_VERSION {
-        return Err(NodeErr::Engine(EngineError::UnsupportedVersion { found: version, supported: FORMAT_VERSION }));
+        return Err(NodeErr::Engine(EngineError::UnsupportedVersion {
+            found: version,
+            supported: FORMAT_VERSION,
+        }));
     }
     let id = r.u64()?;
     let height = r.u32()?;
@@ -553,7 +608,9 @@ fn decode_node_inner(buf: &[u8], expect_id: NodeId) -> Result<Node, NodeErr> {
         let len = r.u32()? as usize;
         let raw_len = r.u32()? as usize;
         let crc = r.u32()?;
-        let data = buf.get(off..off.saturating_add(len)).ok_or_else(|| format!("partition {p} out of bounds"))?;
+        let data = buf
+            .get(off..off.saturating_add(len))
+            .ok_or_else(|| format!("partition {p} out of bounds"))?;
         if crc32c::crc32c(data) != crc {
             return Err(format!("partition {p} crc32c mismatch").into());
         }
@@ -585,27 +642,51 @@ fn decode_node_inner(buf: &[u8], expect_id: NodeId) -> Result<Node, NodeErr> {
                 children.push(ir.u64()?);
             }
             ir.done()?;
-            let buffers = parts.map(|p| decode_buffer(&p)).collect::<Result<Vec<_>, Detail>>()?;
-            Ok(Node::Internal(Internal { height, pivots, children, buffers }))
+            let buffers = parts
+                .map(|p| decode_buffer(&p))
+                .collect::<Result<Vec<_>, Detail>>()?;
+            Ok(Node::Internal(Internal {
+                height,
+                pivots,
+                children,
+                buffers,
+            }))
         }
         0 => {
             ir.done()?;
-            let basements = parts.map(|p| decode_basement(&p)).collect::<Result<Vec<_>, Detail>>()?;
-            Ok(Node::Leaf(Leaf { pivots, basements, appending: false, prepending: false }))
+            let basements = parts
+                .map(|p| decode_basement(&p))
+                .collect::<Result<Vec<_>, Detail>>()?;
+            Ok(Node::Leaf(Leaf {
+                pivots,
+                basements,
+                appending: false,
+                prepending: false,
+            }))
         }
         k => Err(format!("unknown node kind {k}").into()),
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
     #[test]
     fn node_roundtrip_and_bitflip() {
         let mut b = Buffer::new();
-        b.push(Msg::Point { msn: 3, key: b"k".to_vec(), op: PointOp::Upsert(UpsertOp::Add(-2)) });
-        b.push(Msg::Range(RangeMsg { msn: 4, start: b"a".to_vec(), end: None, op: RangeOp::Delete }));
+        b.push(Msg::Point {
+            msn: 3,
+            key: b"k".to_vec(),
+            op: PointOp::Upsert(UpsertOp::Add(-2)),
+        });
+        b.push(Msg::Range(RangeMsg {
+            msn: 4,
+            start: b"a".to_vec(),
+            end: None,
+            op: RangeOp::Delete,
+        }));
         let n = Node::Internal(Internal {
             height: 1,
             pivots: vec![b"m".to_vec()],
@@ -628,7 +709,14 @@ mod tests {
 
     #[test]
     fn header_and_btt_roundtrip() {
-        let h = Header { counter: 9, btt: BlockLoc { offset: 8192, size: 100, crc: 7 } };
+        let h = Header {
+            counter: 9,
+            btt: BlockLoc {
+                offset: 8192,
+                size: 100,
+                crc: 7,
+            },
+        };
         let enc = encode_header(&h);
         assert_eq!(decode_header(&enc).unwrap(), Some(h));
         let mut bad = enc.clone();
@@ -640,12 +728,22 @@ mod tests {
             next_msn: 10,
             next_node_id: 4,
             meta: Some(b"m".to_vec()),
-            entries: vec![(1, BlockLoc { offset: 8192, size: 10, crc: 3 })],
+            entries: vec![(
+                1,
+                BlockLoc {
+                    offset: 8192,
+                    size: 10,
+                    crc: 3,
+                },
+            )],
         };
         let enc = encode_btt(&b);
         assert_eq!(decode_btt(&enc, "t").unwrap(), b);
         let mut bad = enc.clone();
         bad[30] ^= 4;
-        assert!(matches!(decode_btt(&bad, "t"), Err(EngineError::Corruption { .. })));
+        assert!(matches!(
+            decode_btt(&bad, "t"),
+            Err(EngineError::Corruption { .. })
+        ));
     }
 }

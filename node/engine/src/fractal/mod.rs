@@ -25,12 +25,12 @@ use std::sync::Arc;
 use ftkv_vfs::{Vfs, VfsFile};
 use parking_lot::Mutex;
 
-use self::codec::{decode_btt, decode_header, BlockLoc, Header, HEADER_BYTES, HEADER_SLOT_BYTES};
+use self::codec::{decode_btt, decode_header, BlockLoc, BttImage, Header, HEADER_BYTES, HEADER_SLOT_BYTES};
 use self::msg::{Msg, PointOp, RangeMsg, RangeOp};
 use self::node::{Leaf, Node};
 use self::store::Store;
-pub use self::tree::TreeParams;
 use self::tree::Tree;
+pub use self::tree::TreeParams;
 use crate::{Engine, EngineError, EngineKind, EngineOptions, IntegrityReport, KeyValue, Result, WriteOp};
 
 /// File name of the tree inside the engine directory.
@@ -65,14 +65,23 @@ impl FractalEngine {
     /// Like [`FractalEngine::open`] with explicit tree shape (small nodes in tests).
     pub fn open_with_params(vfs: Arc<dyn Vfs>, opts: &EngineOptions, params: TreeParams) -> Result<Self> {
         params.validate()?;
-        vfs.create_dir_all(&opts.dir).map_err(io(format!("create {}", opts.dir.display())))?;
+        vfs.create_dir_all(&opts.dir)
+            .map_err(io(format!("create {}", opts.dir.display())))?;
         let path = opts.dir.join(TREE_FILE_NAME);
         if !vfs.exists(&path) {
             create_tree_file(vfs.as_ref(), &opts.dir, opts, params)?;
         }
-        let file = vfs.open(&path, false).map_err(io(format!("open {}", path.display())))?;
+        let file = vfs
+            .open(&path, false)
+            .map_err(io(format!("open {}", path.display())))?;
         let tree = load_tree(file, &path, opts, params)?;
-        Ok(FractalEngine { inner: Mutex::new(Inner { tree, poisoned: false }), path })
+        Ok(FractalEngine {
+            inner: Mutex::new(Inner {
+                tree,
+                poisoned: false,
+            }),
+            path,
+        })
     }
 
     /// Path of the tree file.
@@ -96,46 +105,97 @@ impl FractalEngine {
 fn create_tree_file(vfs: &dyn Vfs, dir: &Path, opts: &EngineOptions, params: TreeParams) -> Result<()> {
     let tmp = dir.join(TREE_TMP_NAME);
     if vfs.exists(&tmp) {
-        vfs.remove_file(&tmp).map_err(io(format!("remove {}", tmp.display())))?;
+        vfs.remove_file(&tmp)
+            .map_err(io(format!("remove {}", tmp.display())))?;
     }
-    let file = vfs.open(&tmp, true).map_err(io(format!("create {}", tmp.display())))?;
-    let store = Store::new(file, tmp.clone(), opts.compression_level, opts.cache_size_bytes as usize, None);
-    let mut tree = Tree { params, store, root: 1, next_msn: 1, next_node_id: 2, meta: None };
+    let file = vfs
+        .open(&tmp, true)
+        .map_err(io(format!("create {}", tmp.display())))?;
+    let store = Store::new(
+        file,
+        tmp.clone(),
+        opts.compression_level,
+        opts.cache_size_bytes as usize,
+        None,
+        None,
+    );
+    let mut tree = Tree {
+        params,
+        store,
+        root: 1,
+        next_msn: 1,
+        next_node_id: 2,
+        meta: None,
+    };
     tree.store.put(1, Node::Leaf(Leaf::default()));
     tree.checkpoint()?;
     let path = dir.join(TREE_FILE_NAME);
-    vfs.rename(&tmp, &path).map_err(io(format!("rename {} into place", tmp.display())))?;
-    vfs.sync_dir(dir).map_err(io(format!("sync dir {}", dir.display())))?;
+    vfs.rename(&tmp, &path)
+        .map_err(io(format!("rename {} into place", tmp.display())))?;
+    vfs.sync_dir(dir)
+        .map_err(io(format!("sync dir {}", dir.display())))?;
     Ok(())
 }
 
 fn load_tree(file: Arc<dyn VfsFile>, path: &Path, opts: &EngineOptions, params: TreeParams) -> Result<Tree> {
-    let mut best: Option<Header> = None;
+    let mut headers: Vec<Header> = Vec::new();
     for slot in 0..2u64 {
         let mut buf = vec![0u8; HEADER_BYTES];
-        let n = file.read_at(&mut buf, slot * HEADER_SLOT_BYTES).map_err(io(format!("read header of {}", path.display())))?;
+        let n = file
+            .read_at(&mut buf, slot * HEADER_SLOT_BYTES)
+            .map_err(io(format!("read header of {}", path.display())))?;
         if n < HEADER_BYTES {
             continue;
         }
         if let Some(h) = decode_header(&buf)? {
-            if best.is_none_or(|b| h.counter > b.counter) {
-                best = Some(h);
-            }
+            headers.push(h);
         }
     }
-    let header = best.ok_or_else(|| EngineError::Corruption {
+    headers.sort_by_key(|h| std::cmp::Reverse(h.counter));
+    let header = *headers.first().ok_or_else(|| EngineError::Corruption {
         location: format!("{} headers", path.display()),
         detail: "no valid header in either slot".into(),
     })?;
+    let img = read_btt(file.as_ref(), path, &header)?;
+    // The previous checkpoint's blocks stay reserved (fallback if the newest header is damaged).
+    let previous = headers
+        .get(1)
+        .and_then(|h| read_btt(file.as_ref(), path, h).ok().map(|i| (i, h.btt)));
+    let store = Store::new(
+        file,
+        path.to_path_buf(),
+        opts.compression_level,
+        opts.cache_size_bytes as usize,
+        Some((&img, header.btt)),
+        previous.as_ref().map(|(i, l)| (i, *l)),
+    );
+    let mut tree = Tree {
+        params,
+        store,
+        root: img.root,
+        next_msn: img.next_msn,
+        next_node_id: img.next_node_id,
+        meta: img.meta,
+    };
+    tree.store.get(tree.root)?;
+    Ok(tree)
+}
+
+/// Reads and verifies the BTT block a header points at.
+fn read_btt(file: &dyn VfsFile, path: &Path, header: &Header) -> Result<BttImage> {
     let btt_loc: BlockLoc = header.btt;
     let location = format!("{} BTT block @ offset {}", path.display(), btt_loc.offset);
     let mut buf = vec![0u8; btt_loc.size as usize];
-    file.read_exact_at(&mut buf, btt_loc.offset).map_err(|source| EngineError::Corruption {
-        location: location.clone(),
-        detail: format!("unreadable: {source}"),
-    })?;
+    file.read_exact_at(&mut buf, btt_loc.offset)
+        .map_err(|source| EngineError::Corruption {
+            location: location.clone(),
+            detail: format!("unreadable: {source}"),
+        })?;
     if crc32c::crc32c(&buf) != btt_loc.crc {
-        return Err(EngineError::Corruption { location, detail: "crc32c mismatch with the header".into() });
+        return Err(EngineError::Corruption {
+            location,
+            detail: "crc32c mismatch with the header".into(),
+        });
     }
     let img = decode_btt(&buf, &location)?;
     if img.counter != header.counter {
@@ -144,30 +204,48 @@ fn load_tree(file: Arc<dyn VfsFile>, path: &Path, opts: &EngineOptions, params: 
             detail: format!("BTT counter {} != header counter {}", img.counter, header.counter),
         });
     }
-    let store = Store::new(file, path.to_path_buf(), opts.compression_level, opts.cache_size_bytes as usize, Some((&img, btt_loc)));
-    let mut tree =
-        Tree { params, store, root: img.root, next_msn: img.next_msn, next_node_id: img.next_node_id, meta: img.meta };
-    tree.store.get(tree.root)?;
-    Ok(tree)
+    Ok(img)
 }
 
 /// Converts a write op into a message stamped with `msn`; `None` for an empty range.
 fn to_msg(op: &WriteOp, msn: u64) -> Option<Msg> {
     Some(match op {
-        WriteOp::Put { key, value } => Msg::Point { msn, key: key.clone(), op: PointOp::Put(value.clone()) },
-        WriteOp::Delete { key } => Msg::Point { msn, key: key.clone(), op: PointOp::Delete },
-        WriteOp::Upsert { key, op } => Msg::Point { msn, key: key.clone(), op: PointOp::Upsert(op.clone()) },
+        WriteOp::Put { key, value } => Msg::Point {
+            msn,
+            key: key.clone(),
+            op: PointOp::Put(value.clone()),
+        },
+        WriteOp::Delete { key } => Msg::Point {
+            msn,
+            key: key.clone(),
+            op: PointOp::Delete,
+        },
+        WriteOp::Upsert { key, op } => Msg::Point {
+            msn,
+            key: key.clone(),
+            op: PointOp::Upsert(op.clone()),
+        },
         WriteOp::DeleteRange { start, end } => {
             if end.as_ref().is_some_and(|e| e <= start) {
                 return None;
             }
-            Msg::Range(RangeMsg { msn, start: start.clone(), end: end.clone(), op: RangeOp::Delete })
+            Msg::Range(RangeMsg {
+                msn,
+                start: start.clone(),
+                end: end.clone(),
+                op: RangeOp::Delete,
+            })
         }
         WriteOp::UpsertRange { start, end, op } => {
             if end.as_ref().is_some_and(|e| e <= start) {
                 return None;
             }
-            Msg::Range(RangeMsg { msn, start: start.clone(), end: end.clone(), op: RangeOp::Upsert(op.clone()) })
+            Msg::Range(RangeMsg {
+                msn,
+                start: start.clone(),
+                end: end.clone(),
+                op: RangeOp::Upsert(op.clone()),
+            })
         }
     })
 }
@@ -193,21 +271,16 @@ impl Engine for FractalEngine {
     }
 
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let mut inner = self.inner.lock();
-        let v = inner.tree.get(key)?;
-        let root = inner.tree.root;
-        if !inner.poisoned {
-            inner.mutate(|t| t.store.evict_to_budget(root))?;
-        }
-        Ok(v)
+        // A poisoned tree may be half-updated in memory: no reads from it.
+        self.inner.lock().mutate(|t| {
+            let v = t.get(key)?;
+            t.store.evict_to_budget(t.root)?;
+            Ok(v)
+        })
     }
 
     fn scan(&self, start: &[u8], end: Option<&[u8]>, limit: usize) -> Result<Vec<KeyValue>> {
-        let mut inner = self.inner.lock();
-        if inner.poisoned {
-            return Err(EngineError::Poisoned);
-        }
-        inner.mutate(|t| t.scan(start, end, limit))
+        self.inner.lock().mutate(|t| t.scan(start, end, limit))
     }
 
     fn write(&self, ops: &[WriteOp], meta: Option<&[u8]>) -> Result<()> {
@@ -252,7 +325,7 @@ impl Engine for FractalEngine {
     }
 
     fn check_integrity(&self) -> Result<IntegrityReport> {
-        self.inner.lock().tree.check_integrity()
+        self.inner.lock().mutate(Tree::check_integrity)
     }
 
     fn size_on_disk_bytes(&self) -> Result<u64> {

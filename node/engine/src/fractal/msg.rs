@@ -6,7 +6,7 @@
 //! and range messages (`DeleteRange`, `UpsertRange`: the broadcast of TokuDB's instant ADD
 //! COLUMN) in MSN order, so a point read looks up one key per buffer instead of scanning it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::ops::Bound;
 
 use crate::ops::{apply_broadcast, apply_upsert, in_range, UpsertOp};
@@ -159,6 +159,14 @@ pub struct Buffer {
     delete_bytes: usize,
     /// Number of messages.
     count: usize,
+    /// xxh3 of every point key held: a point read skips the buffer without touching the index
+    /// when its key's hash is absent (the per-buffer filter ENGINE.md asks for).
+    key_hashes: HashSet<u64>,
+}
+
+/// Hash of a key for the per-buffer filters.
+pub fn key_hash(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(key)
 }
 
 impl Buffer {
@@ -195,6 +203,7 @@ impl Buffer {
         match msg {
             Msg::Point { msn, key, op } => {
                 let key_len = key.len();
+                self.key_hashes.insert(key_hash(&key));
                 let is_delete = matches!(op, PointOp::Delete);
                 let supersedes = matches!(op, PointOp::Put(_) | PointOp::Delete);
                 let list = self.points.entry(key).or_default();
@@ -270,8 +279,12 @@ impl Buffer {
         let taken = std::mem::take(self);
         let mut out: Vec<Msg> = Vec::with_capacity(taken.count);
         for (key, list) in taken.points {
-            for (msn, op) in list {
-                out.push(Msg::Point { msn, key: key.clone(), op });
+            let n = list.len();
+            let mut key = Some(key);
+            for (i, (msn, op)) in list.into_iter().enumerate() {
+                // The last message of a key takes the key itself; earlier ones get copies.
+                let k = if i + 1 == n { key.take().unwrap_or_default() } else { key.clone().unwrap_or_default() };
+                out.push(Msg::Point { msn, key: k, op });
             }
         }
         out.extend(taken.ranges.into_iter().map(Msg::Range));
@@ -286,10 +299,17 @@ impl Buffer {
 
     /// Messages that may affect `key`, appended to `out` (point messages of the key and range
     /// messages covering it).
-    pub fn collect_for_key(&self, key: &[u8], out: &mut Vec<Msg>) {
-        if let Some(list) = self.points.get(key) {
+    /// `hash` is [`key_hash`] of `key`.
+    pub fn collect_for_key(&self, key: &[u8], hash: u64, out: &mut Vec<Msg>) {
+        if !self.key_hashes.contains(&hash) {
+            // No point message for this key.
+        } else if let Some(list) = self.points.get(key) {
             for (msn, op) in list {
-                out.push(Msg::Point { msn: *msn, key: key.to_vec(), op: op.clone() });
+                out.push(Msg::Point {
+                    msn: *msn,
+                    key: key.to_vec(),
+                    op: op.clone(),
+                });
             }
         }
         for r in &self.ranges {
@@ -310,7 +330,11 @@ impl Buffer {
         }
         for (key, list) in self.points.range::<[u8], _>((lower, upper)) {
             for (msn, op) in list {
-                out.push(Msg::Point { msn: *msn, key: key.clone(), op: op.clone() });
+                out.push(Msg::Point {
+                    msn: *msn,
+                    key: key.clone(),
+                    op: op.clone(),
+                });
             }
         }
         for r in &self.ranges {
@@ -413,8 +437,10 @@ pub fn apply_to_entries(
             }
             match &r.op {
                 RangeOp::Delete => {
-                    let removed: isize =
-                        entries.drain(first..last).map(|(k, v)| (k.len() + v.len()) as isize).sum();
+                    let removed: isize = entries
+                        .drain(first..last)
+                        .map(|(k, v)| (k.len() + v.len()) as isize)
+                        .sum();
                     -removed
                 }
                 RangeOp::Upsert(_) => {

@@ -1,7 +1,7 @@
 //! In-memory tree nodes: internal nodes (pivots + one message buffer per child) and leaves
 //! (basement nodes of sorted entries), after PerconaFT `ft/node.h`.
 
-use super::msg::{apply_to_entries, Buffer, Msg, Msn};
+use super::msg::{apply_point, apply_to_entries, Buffer, Msg, Msn, PointOp};
 
 /// Logical node id, mapped to a disk location by the block translation table.
 pub type NodeId = u64;
@@ -36,8 +36,16 @@ pub fn child_bounds<'a>(
     lo: Option<&'a [u8]>,
     hi: Option<&'a [u8]>,
 ) -> (Option<&'a [u8]>, Option<&'a [u8]>) {
-    let clo = if i == 0 { lo } else { pivots.get(i - 1).map(Vec::as_slice) };
-    let chi = if i < pivots.len() { pivots.get(i).map(Vec::as_slice) } else { hi };
+    let clo = if i == 0 {
+        lo
+    } else {
+        pivots.get(i - 1).map(Vec::as_slice)
+    };
+    let chi = if i < pivots.len() {
+        pivots.get(i).map(Vec::as_slice)
+    } else {
+        hi
+    };
     (clo, chi)
 }
 
@@ -56,7 +64,11 @@ impl Basement {
     /// A basement holding `entries` (sorted) with `max_msn`.
     pub fn from_entries(entries: Vec<(Vec<u8>, Vec<u8>)>, max_msn: Msn) -> Self {
         let data_bytes = entries.iter().map(|(k, v)| k.len() + v.len()).sum();
-        Basement { entries, max_msn, data_bytes }
+        Basement {
+            entries,
+            max_msn,
+            data_bytes,
+        }
     }
 
     /// Bytes counted against node sizes.
@@ -66,7 +78,11 @@ impl Basement {
 
     /// Value of `key`.
     pub fn get(&self, key: &[u8]) -> Option<&Vec<u8>> {
-        self.entries.binary_search_by(|(k, _)| k.as_slice().cmp(key)).ok().and_then(|i| self.entries.get(i)).map(|(_, v)| v)
+        self.entries
+            .binary_search_by(|(k, _)| k.as_slice().cmp(key))
+            .ok()
+            .and_then(|i| self.entries.get(i))
+            .map(|(_, v)| v)
     }
 }
 
@@ -85,7 +101,12 @@ pub struct Leaf {
 
 impl Default for Leaf {
     fn default() -> Self {
-        Leaf { pivots: Vec::new(), basements: vec![Basement::default()], appending: false, prepending: false }
+        Leaf {
+            pivots: Vec::new(),
+            basements: vec![Basement::default()],
+            appending: false,
+            prepending: false,
+        }
     }
 }
 
@@ -93,7 +114,11 @@ impl Leaf {
     /// Bytes counted against the node size.
     pub fn size_bytes(&self) -> usize {
         self.basements.iter().map(Basement::size_bytes).sum::<usize>()
-            + self.pivots.iter().map(|p| p.len() + ENTRY_OVERHEAD_BYTES).sum::<usize>()
+            + self
+                .pivots
+                .iter()
+                .map(|p| p.len() + ENTRY_OVERHEAD_BYTES)
+                .sum::<usize>()
     }
 
     /// Number of entries.
@@ -113,8 +138,16 @@ impl Leaf {
         let span = match msg {
             Msg::Point { key, .. } => {
                 let i = child_index(&self.pivots, key);
-                let last_key = self.basements.last().and_then(|b| b.entries.last()).map(|(k, _)| k.as_slice());
-                let first_key = self.basements.first().and_then(|b| b.entries.first()).map(|(k, _)| k.as_slice());
+                let last_key = self
+                    .basements
+                    .last()
+                    .and_then(|b| b.entries.last())
+                    .map(|(k, _)| k.as_slice());
+                let first_key = self
+                    .basements
+                    .first()
+                    .and_then(|b| b.entries.first())
+                    .map(|(k, _)| k.as_slice());
                 self.appending = last_key.is_none_or(|l| key.as_slice() > l);
                 self.prepending = first_key.is_none_or(|f| key.as_slice() < f);
                 Some((i, i))
@@ -125,7 +158,9 @@ impl Leaf {
         for i in first..=last {
             let (lo, hi) = child_bounds(&self.pivots, i, None, None);
             let (lo, hi) = (lo.map(<[u8]>::to_vec), hi.map(<[u8]>::to_vec));
-            let Some(b) = self.basements.get_mut(i) else { continue };
+            let Some(b) = self.basements.get_mut(i) else {
+                continue;
+            };
             if msn <= b.max_msn {
                 continue;
             }
@@ -135,9 +170,62 @@ impl Leaf {
         }
     }
 
+    /// Applies messages sorted by MSN: runs of point messages are merged into each basement in
+    /// one pass (sorted by key, each key's messages folded in MSN order); range messages are
+    /// applied between runs, so the outcome equals applying every message in MSN order.
+    pub fn apply_batch(&mut self, msgs: &[Msg]) {
+        let mut i = 0;
+        while let Some(m) = msgs.get(i) {
+            if matches!(m, Msg::Range(_)) {
+                self.apply(m);
+                i += 1;
+                continue;
+            }
+            let rest = msgs.get(i..).unwrap_or_default();
+            let j = rest.iter().position(|m| matches!(m, Msg::Range(_))).map_or(msgs.len(), |p| i + p);
+            self.apply_points(msgs.get(i..j).unwrap_or_default());
+            i = j;
+        }
+    }
+
+    fn apply_points(&mut self, run: &[Msg]) {
+        let mut order: Vec<(&[u8], Msn, &PointOp)> = run
+            .iter()
+            .filter_map(|m| match m {
+                Msg::Point { msn, key, op } => Some((key.as_slice(), *msn, op)),
+                Msg::Range(_) => None,
+            })
+            .collect();
+        if let Some(last) = order.last() {
+            let last_key = self.basements.last().and_then(|b| b.entries.last()).map(|(k, _)| k.as_slice());
+            let first_key = self.basements.first().and_then(|b| b.entries.first()).map(|(k, _)| k.as_slice());
+            self.appending = last_key.is_none_or(|l| last.0 > l);
+            self.prepending = first_key.is_none_or(|f| last.0 < f);
+        }
+        // Stable: equal keys keep MSN order.
+        order.sort_by(|a, b| a.0.cmp(b.0));
+        let mut start = 0;
+        while let Some(first) = order.get(start) {
+            let bi = child_index(&self.pivots, first.0);
+            let group = order.get(start..).unwrap_or_default();
+            let len = match self.pivots.get(bi) {
+                Some(p) => group.partition_point(|m| m.0 < p.as_slice()),
+                None => group.len(),
+            }
+            .max(1);
+            if let Some(b) = self.basements.get_mut(bi) {
+                merge_into_basement(b, group.get(..len).unwrap_or_default());
+            }
+            start += len;
+        }
+    }
+
     /// Splits basements above `basement_size_bytes` and drops empty basements (keeping one).
     pub fn normalize(&mut self, basement_size_bytes: usize) {
-        let oversized = self.basements.iter().any(|b| b.size_bytes() > basement_size_bytes);
+        let oversized = self
+            .basements
+            .iter()
+            .any(|b| b.size_bytes() > basement_size_bytes);
         let empties = self.basements.len() > 1 && self.basements.iter().any(|b| b.entries.is_empty());
         if !oversized && !empties {
             return;
@@ -154,7 +242,12 @@ impl Leaf {
             if b.size_bytes() <= basement_size_bytes {
                 if !basements.is_empty() {
                     // Pivot: the old pivot at this basement's left edge keeps ranges exact.
-                    pivots.push(old_pivots.get(i.wrapping_sub(1)).cloned().unwrap_or_else(|| b.entries[0].0.clone()));
+                    pivots.push(
+                        old_pivots
+                            .get(i.wrapping_sub(1))
+                            .cloned()
+                            .unwrap_or_else(|| b.entries[0].0.clone()),
+                    );
                 }
                 basements.push(b);
                 continue;
@@ -171,7 +264,11 @@ impl Leaf {
             }
         }
         if basements.is_empty() {
-            basements.push(Basement { entries: Vec::new(), max_msn, data_bytes: 0 });
+            basements.push(Basement {
+                entries: Vec::new(),
+                max_msn,
+                data_bytes: 0,
+            });
             pivots.clear();
         }
         self.pivots = pivots;
@@ -195,10 +292,53 @@ impl Leaf {
             basements.push(Basement::from_entries(chunk, max_msn));
         }
         if basements.is_empty() {
-            basements.push(Basement { entries: Vec::new(), max_msn, data_bytes: 0 });
+            basements.push(Basement {
+                entries: Vec::new(),
+                max_msn,
+                data_bytes: 0,
+            });
         }
-        Leaf { pivots, basements, appending: false, prepending: false }
+        Leaf {
+            pivots,
+            basements,
+            appending: false,
+            prepending: false,
+        }
     }
+}
+
+/// Merges point messages sorted by key (each key's in MSN order) into a basement in one pass.
+/// Messages at or below the basement's `max_msn` are skipped (already applied).
+fn merge_into_basement(b: &mut Basement, msgs: &[(&[u8], Msn, &PointOp)]) {
+    let floor = b.max_msn;
+    let old = std::mem::take(&mut b.entries);
+    let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(old.len() + msgs.len());
+    let mut it = old.into_iter().peekable();
+    let mut k = 0;
+    let mut top = floor;
+    while let Some(&(key, _, _)) = msgs.get(k) {
+        while let Some(e) = it.next_if(|(ok, _)| ok.as_slice() < key) {
+            out.push(e);
+        }
+        let (mut owned_key, mut val) = match it.next_if(|(ok, _)| ok.as_slice() == key) {
+            Some((ok, ov)) => (Some(ok), Some(ov)),
+            None => (None, None),
+        };
+        while let Some(&(_, msn, op)) = msgs.get(k).filter(|m| m.0 == key) {
+            if msn > floor {
+                val = apply_point(val, op);
+                top = top.max(msn);
+            }
+            k += 1;
+        }
+        if let Some(v) = val {
+            out.push((owned_key.take().unwrap_or_else(|| key.to_vec()), v));
+        }
+    }
+    out.extend(it);
+    b.data_bytes = out.iter().map(|(k, v)| k.len() + v.len()).sum();
+    b.entries = out;
+    b.max_msn = top;
 }
 
 fn entry_size(e: &(Vec<u8>, Vec<u8>)) -> usize {
@@ -265,7 +405,11 @@ impl Internal {
     /// Bytes counted against the node size.
     pub fn size_bytes(&self) -> usize {
         self.buffers.iter().map(Buffer::bytes).sum::<usize>()
-            + self.pivots.iter().map(|p| p.len() + ENTRY_OVERHEAD_BYTES).sum::<usize>()
+            + self
+                .pivots
+                .iter()
+                .map(|p| p.len() + ENTRY_OVERHEAD_BYTES)
+                .sum::<usize>()
             + self.children.len() * 8
     }
 
@@ -280,7 +424,9 @@ impl Internal {
                 }
             }
             Msg::Range(r) => {
-                let Some((first, last)) = child_span(&self.pivots, &r.start, r.end.as_deref()) else { return };
+                let Some((first, last)) = child_span(&self.pivots, &r.start, r.end.as_deref()) else {
+                    return;
+                };
                 for i in first..=last {
                     if let Some(b) = self.buffers.get_mut(i) {
                         b.push(msg.clone());

@@ -3,9 +3,10 @@
 //! CLOCK-evicted node cache with a byte budget (PerconaFT `ft/serialize/block_table.cc`,
 //! `ft/cachetable/cachetable.cc`).
 //!
-//! Space rules: a block referenced by the last durable checkpoint is never overwritten; when its
-//! node is rewritten or deleted, the block waits in `pending_free` until the next checkpoint
-//! commits. Blocks written and superseded between two checkpoints are reused at once. Free space
+//! Space rules: a block referenced by one of the last two durable checkpoints is never
+//! overwritten; when its node is rewritten or deleted, the block waits in `pending_free` until
+//! the next checkpoint commits and in `pending_older` for one more (so a damaged newest header
+//! can fall back to the previous checkpoint intact). Blocks written and superseded between two checkpoints are reused at once. Free space
 //! at the end of the file is cut off with `set_len`, so a steady overwrite workload reuses space
 //! instead of growing the file.
 
@@ -44,6 +45,9 @@ pub struct Store {
     durable_offsets: HashSet<u64>,
     /// Extents the durable checkpoint references but the current tree no longer does.
     pending_free: Vec<(u64, u64)>,
+    /// Extents only the checkpoint before the durable one references: kept one more checkpoint
+    /// so a damaged newest header can fall back to it.
+    pending_older: Vec<(u64, u64)>,
     /// Free extents `offset -> length` below `end`, coalesced.
     free: BTreeMap<u64, u64>,
     /// End of the allocated area (the file is cut back to here at checkpoints).
@@ -73,6 +77,7 @@ impl Store {
         compression_level: Option<i32>,
         budget_bytes: usize,
         image: Option<(&BttImage, BlockLoc)>,
+        previous: Option<(&BttImage, BlockLoc)>,
     ) -> Self {
         let mut s = Store {
             file,
@@ -81,6 +86,7 @@ impl Store {
             btt: HashMap::new(),
             durable_offsets: HashSet::new(),
             pending_free: Vec::new(),
+            pending_older: Vec::new(),
             free: BTreeMap::new(),
             end: DATA_START,
             durable_btt: None,
@@ -96,6 +102,24 @@ impl Store {
             s.counter = img.counter;
             s.btt = img.entries.iter().copied().collect();
             s.durable_btt = Some(loc);
+            if let Some((prev, prev_loc)) = previous {
+                let mut older: Vec<(u64, u64)> = prev
+                    .entries
+                    .iter()
+                    .map(|(_, l)| (l.offset, l.alloc_bytes()))
+                    .collect();
+                older.push((prev_loc.offset, prev_loc.alloc_bytes()));
+                let current: HashSet<u64> = img
+                    .entries
+                    .iter()
+                    .map(|(_, l)| l.offset)
+                    .chain(std::iter::once(loc.offset))
+                    .collect();
+                older.retain(|(o, _)| !current.contains(o));
+                older.sort_unstable();
+                older.dedup();
+                s.pending_older = older;
+            }
             s.rebuild_allocator();
         }
         s
@@ -107,8 +131,18 @@ impl Store {
         if let Some(b) = self.durable_btt {
             used.push((b.offset, b.alloc_bytes()));
         }
-        used.sort_unstable();
         self.durable_offsets = used.iter().map(|(o, _)| *o).collect();
+        // Blocks of the previous checkpoint must not overlap the current one's; if a damaged
+        // older image claims overlapping space, forget it rather than corrupt the allocator.
+        let mut with_older = used.clone();
+        with_older.extend(self.pending_older.iter().copied());
+        with_older.sort_unstable();
+        if with_older.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0) {
+            self.pending_older.clear();
+        } else {
+            used = with_older;
+        }
+        used.sort_unstable();
         self.free.clear();
         let mut cursor = DATA_START;
         for (off, len) in used {
@@ -167,6 +201,9 @@ impl Store {
         }
         for (o, l) in &self.pending_free {
             spans.push((*o, *l, "pending-free".into()));
+        }
+        for (o, l) in &self.pending_older {
+            spans.push((*o, *l, "previous-checkpoint".into()));
         }
         for (o, l) in &self.free {
             spans.push((*o, *l, "free".into()));
@@ -241,7 +278,12 @@ impl Store {
     // --------------------------------------------------------------------------------------
 
     fn location(&self, id: NodeId, loc: &BlockLoc) -> String {
-        format!("{} node {id} block @ offset {} ({} bytes)", self.path.display(), loc.offset, loc.size)
+        format!(
+            "{} node {id} block @ offset {} ({} bytes)",
+            self.path.display(),
+            loc.offset,
+            loc.size
+        )
     }
 
     /// Reads and verifies node `id` from disk.
@@ -252,12 +294,18 @@ impl Store {
         })?;
         let location = self.location(id, &loc);
         let mut buf = vec![0u8; loc.size as usize];
-        self.file.read_exact_at(&mut buf, loc.offset).map_err(|source| match source.kind() {
-            std::io::ErrorKind::UnexpectedEof => {
-                EngineError::Corruption { location: location.clone(), detail: "block past end of file".into() }
-            }
-            _ => EngineError::Io { context: format!("read {location}"), source },
-        })?;
+        self.file
+            .read_exact_at(&mut buf, loc.offset)
+            .map_err(|source| match source.kind() {
+                std::io::ErrorKind::UnexpectedEof => EngineError::Corruption {
+                    location: location.clone(),
+                    detail: "block past end of file".into(),
+                },
+                _ => EngineError::Io {
+                    context: format!("read {location}"),
+                    source,
+                },
+            })?;
         let crc = crc32c::crc32c(&buf);
         if crc != loc.crc {
             return Err(EngineError::Corruption {
@@ -274,10 +322,17 @@ impl Store {
         let size = u32::try_from(enc.len())
             .map_err(|_| EngineError::InvalidArgument(format!("node {id} encodes to {} bytes", enc.len())))?;
         let offset = self.alloc(enc.len() as u64);
-        let loc = BlockLoc { offset, size, crc: crc32c::crc32c(&enc) };
+        let loc = BlockLoc {
+            offset,
+            size,
+            crc: crc32c::crc32c(&enc),
+        };
         if let Err(source) = self.file.write_all_at(&enc, offset) {
             self.free_extent(offset, loc.alloc_bytes());
-            return Err(EngineError::Io { context: format!("write node {id} @ {offset}"), source });
+            return Err(EngineError::Io {
+                context: format!("write node {id} @ {offset}"),
+                source,
+            });
         }
         if let Some(old) = self.btt.insert(id, loc) {
             self.release(old);
@@ -321,7 +376,15 @@ impl Store {
     fn insert(&mut self, id: NodeId, node: Node, dirty: bool, clock: u8) {
         let bytes = node.size_bytes();
         self.cached_bytes += bytes;
-        if let Some(old) = self.cache.insert(id, Entry { node, dirty, clock, bytes }) {
+        if let Some(old) = self.cache.insert(
+            id,
+            Entry {
+                node,
+                dirty,
+                clock,
+                bytes,
+            },
+        ) {
             self.cached_bytes -= old.bytes;
         }
         self.touch_ring(id);
@@ -410,7 +473,12 @@ impl Store {
 
     /// Writes every dirty cached node (copy-on-write) and marks it clean.
     pub fn write_dirty(&mut self) -> Result<()> {
-        let mut dirty: Vec<NodeId> = self.cache.iter().filter(|(_, e)| e.dirty).map(|(id, _)| *id).collect();
+        let mut dirty: Vec<NodeId> = self
+            .cache
+            .iter()
+            .filter(|(_, e)| e.dirty)
+            .map(|(id, _)| *id)
+            .collect();
         dirty.sort_unstable();
         for id in dirty {
             let Some(e) = self.cache.get(&id) else { continue };
@@ -426,35 +494,61 @@ impl Store {
     /// Commits a checkpoint: writes the BTT block (with `root`, counters and `meta`), syncs,
     /// writes the alternate header, syncs. Only then are blocks of the previous checkpoint freed.
     /// Every dirty node must have been written first ([`Store::write_dirty`]).
-    pub fn commit(&mut self, root: NodeId, next_msn: Msn, next_node_id: NodeId, meta: Option<Vec<u8>>) -> Result<()> {
+    pub fn commit(
+        &mut self,
+        root: NodeId,
+        next_msn: Msn,
+        next_node_id: NodeId,
+        meta: Option<Vec<u8>>,
+    ) -> Result<()> {
         let counter = self.counter + 1;
         let mut entries: Vec<(NodeId, BlockLoc)> = self.btt.iter().map(|(k, v)| (*k, *v)).collect();
         entries.sort_unstable_by_key(|e| e.0);
-        let img = BttImage { counter, root, next_msn, next_node_id, meta, entries };
+        let img = BttImage {
+            counter,
+            root,
+            next_msn,
+            next_node_id,
+            meta,
+            entries,
+        };
         let enc = encode_btt(&img);
         let size = u32::try_from(enc.len())
             .map_err(|_| EngineError::InvalidArgument(format!("BTT encodes to {} bytes", enc.len())))?;
         let offset = self.alloc(enc.len() as u64);
-        let loc = BlockLoc { offset, size, crc: crc32c::crc32c(&enc) };
-        self.file.write_all_at(&enc, offset).map_err(io_err("write BTT"))?;
-        self.file.sync_data().map_err(io_err("sync tree file before header"))?;
+        let loc = BlockLoc {
+            offset,
+            size,
+            crc: crc32c::crc32c(&enc),
+        };
+        self.file
+            .write_all_at(&enc, offset)
+            .map_err(io_err("write BTT"))?;
+        self.file
+            .sync_data()
+            .map_err(io_err("sync tree file before header"))?;
         let header = encode_header(&Header { counter, btt: loc });
         let slot = (counter % 2) * HEADER_SLOT_BYTES;
-        self.file.write_all_at(&header, slot).map_err(io_err("write header"))?;
+        self.file
+            .write_all_at(&header, slot)
+            .map_err(io_err("write header"))?;
         self.file.sync_data().map_err(io_err("sync header"))?;
         // Durable. Release what only the previous checkpoint referenced.
         self.counter = counter;
-        if let Some(old) = self.durable_btt.replace(loc) {
-            self.free_extent(old.offset, old.alloc_bytes());
-        }
-        for (o, l) in std::mem::take(&mut self.pending_free) {
+        for (o, l) in std::mem::take(&mut self.pending_older) {
             self.free_extent(o, l);
+        }
+        self.pending_older = std::mem::take(&mut self.pending_free);
+        if let Some(old) = self.durable_btt.replace(loc) {
+            self.pending_older.push((old.offset, old.alloc_bytes()));
         }
         self.durable_offsets = self.btt.values().map(|l| l.offset).collect();
         self.durable_offsets.insert(loc.offset);
         let file_len = self.file_len()?;
         if file_len > self.end {
-            self.file.set_len(self.end).map_err(io_err("truncate tree file"))?;
+            self.file
+                .set_len(self.end)
+                .map_err(io_err("truncate tree file"))?;
         }
         Ok(())
     }

@@ -4,8 +4,10 @@
 
 use std::collections::HashSet;
 
-use super::msg::{apply_point, apply_range, apply_to_entries, Buffer, Msg, Msn};
-use super::node::{child_bounds, child_index, split_entries_even, chunk_entries, Internal, Leaf, Node, NodeId};
+use super::msg::{apply_point, apply_range, apply_to_entries, key_hash, Buffer, Msg, Msn};
+use super::node::{
+    child_bounds, child_index, chunk_entries, split_entries_even, Internal, Leaf, Node, NodeId,
+};
 use super::store::Store;
 use crate::{EngineError, IntegrityReport, KeyValue, Result};
 
@@ -23,7 +25,11 @@ pub struct TreeParams {
 
 impl Default for TreeParams {
     fn default() -> Self {
-        TreeParams { node_size_bytes: 4 << 20, basement_size_bytes: 64 << 10, fanout: 16 }
+        TreeParams {
+            node_size_bytes: 4 << 20,
+            basement_size_bytes: 64 << 10,
+            fanout: 16,
+        }
     }
 }
 
@@ -46,15 +52,27 @@ struct Edges {
     right: bool,
 }
 
-const ROOT_EDGES: Edges = Edges { left: true, right: true };
-const NO_EDGES: Edges = Edges { left: false, right: false };
+const ROOT_EDGES: Edges = Edges {
+    left: true,
+    right: true,
+};
+const NO_EDGES: Edges = Edges {
+    left: false,
+    right: false,
+};
 
 fn child_edges(e: Edges, i: usize, n: usize) -> Edges {
-    Edges { left: e.left && i == 0, right: e.right && i + 1 == n }
+    Edges {
+        left: e.left && i == 0,
+        right: e.right && i + 1 == n,
+    }
 }
 
 fn corrupt(location: impl Into<String>, detail: impl Into<String>) -> EngineError {
-    EngineError::Corruption { location: location.into(), detail: detail.into() }
+    EngineError::Corruption {
+        location: location.into(),
+        detail: detail.into(),
+    }
 }
 
 /// Applies one message to the value of `key`.
@@ -149,7 +167,12 @@ impl Tree {
                 children.push(id);
             }
             let buffers = vec![Buffer::new(); children.len()];
-            root = Node::Internal(Internal { height, pivots, children, buffers });
+            root = Node::Internal(Internal {
+                height,
+                pivots,
+                children,
+                buffers,
+            });
             root_id = self.alloc_id();
         }
     }
@@ -175,7 +198,13 @@ impl Tree {
     /// neighbour's buffer is flushed too, so both parent buffers are empty and every message that
     /// later enters the merged subtree is newer than all it holds (the MSN invariant that lets a
     /// split leaf give all its basements the leaf's highest MSN).
-    fn flush_into_child_inner(&mut self, parent: &mut Internal, i: usize, ce: Edges, may_merge: bool) -> Result<()> {
+    fn flush_into_child_inner(
+        &mut self,
+        parent: &mut Internal,
+        i: usize,
+        ce: Edges,
+        may_merge: bool,
+    ) -> Result<()> {
         let (Some(buf), Some(&cid)) = (parent.buffers.get_mut(i), parent.children.get(i)) else {
             return Err(corrupt(format!("node child {i}"), "flush of a missing child"));
         };
@@ -184,14 +213,16 @@ impl Tree {
         if child.height() + 1 != parent.height {
             return Err(corrupt(
                 format!("node {cid}"),
-                format!("height {} under a parent of height {}", child.height(), parent.height),
+                format!(
+                    "height {} under a parent of height {}",
+                    child.height(),
+                    parent.height
+                ),
             ));
         }
         match &mut child {
             Node::Leaf(l) => {
-                for m in &msgs {
-                    l.apply(m);
-                }
+                l.apply_batch(&msgs);
                 l.normalize(self.params.basement_size_bytes);
             }
             Node::Internal(c) => {
@@ -206,16 +237,31 @@ impl Tree {
         self.store.put(cid, child);
         self.insert_siblings(parent, i, extras);
         if may_merge && underfull && parent.children.len() > 1 {
-            let j = if i + 1 < parent.children.len() { i + 1 } else { i - 1 };
+            let j = if i + 1 < parent.children.len() {
+                i + 1
+            } else {
+                i - 1
+            };
             if parent.buffers.get(j).is_some_and(|b| !b.is_empty()) {
-                let je = Edges { left: false, right: false };
+                let je = Edges {
+                    left: false,
+                    right: false,
+                };
                 self.flush_into_child_inner(parent, j, je, false)?;
             }
             // The neighbour may have split; find the child again and merge with an adjacent
             // child whose buffer is empty.
-            let Some(i) = parent.children.iter().position(|&c| c == cid) else { return Ok(()) };
-            let j = if i + 1 < parent.children.len() { i + 1 } else { i.wrapping_sub(1) };
-            if parent.buffers.get(j).is_some_and(Buffer::is_empty) && parent.buffers.get(i).is_some_and(Buffer::is_empty) {
+            let Some(i) = parent.children.iter().position(|&c| c == cid) else {
+                return Ok(());
+            };
+            let j = if i + 1 < parent.children.len() {
+                i + 1
+            } else {
+                i.wrapping_sub(1)
+            };
+            if parent.buffers.get(j).is_some_and(Buffer::is_empty)
+                && parent.buffers.get(i).is_some_and(Buffer::is_empty)
+            {
                 self.merge_children(parent, i.min(j))?;
             }
         }
@@ -271,7 +317,12 @@ impl Tree {
                 l.children.extend(r.children);
                 l.buffers.extend(r.buffers);
             }
-            _ => return Err(corrupt(format!("nodes {a_id} and {b_id}"), "siblings of different heights")),
+            _ => {
+                return Err(corrupt(
+                    format!("nodes {a_id} and {b_id}"),
+                    "siblings of different heights",
+                ))
+            }
         }
         self.store.delete(b_id);
         let extras = self.split_if_needed(&mut left, NO_EDGES);
@@ -359,6 +410,7 @@ impl Tree {
     pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let mut msgs = Vec::new();
         let mut id = self.root;
+        let hash = key_hash(key);
         loop {
             match self.store.get(id)? {
                 Node::Internal(n) => {
@@ -366,7 +418,7 @@ impl Tree {
                     let (Some(b), Some(&c)) = (n.buffers.get(i), n.children.get(i)) else {
                         return Err(corrupt(format!("node {id}"), "pivot/child count mismatch"));
                     };
-                    b.collect_for_key(key, &mut msgs);
+                    b.collect_for_key(key, hash, &mut msgs);
                     id = c;
                 }
                 Node::Leaf(l) => {
@@ -398,22 +450,17 @@ impl Tree {
             let mut msgs = Vec::new();
             let mut hi: Option<Vec<u8>> = None;
             let mut id = self.root;
-            loop {
-                match self.store.get(id)? {
-                    Node::Internal(n) => {
-                        let i = child_index(&n.pivots, &cursor);
-                        if let Some(p) = n.pivots.get(i) {
-                            hi = Some(p.clone());
-                        }
-                        let qhi = min_bound(hi.as_deref(), end);
-                        let (Some(b), Some(&c)) = (n.buffers.get(i), n.children.get(i)) else {
-                            return Err(corrupt(format!("node {id}"), "pivot/child count mismatch"));
-                        };
-                        b.collect_for_range(Some(&cursor), qhi, &mut msgs);
-                        id = c;
-                    }
-                    Node::Leaf(_) => break,
+            while let Node::Internal(n) = self.store.get(id)? {
+                let i = child_index(&n.pivots, &cursor);
+                if let Some(p) = n.pivots.get(i) {
+                    hi = Some(p.clone());
                 }
+                let qhi = min_bound(hi.as_deref(), end);
+                let (Some(b), Some(&c)) = (n.buffers.get(i), n.children.get(i)) else {
+                    return Err(corrupt(format!("node {id}"), "pivot/child count mismatch"));
+                };
+                b.collect_for_range(Some(&cursor), qhi, &mut msgs);
+                id = c;
             }
             msgs.sort_by_key(Msg::msn);
             let qhi = min_bound(hi.as_deref(), end).map(<[u8]>::to_vec);
@@ -433,7 +480,9 @@ impl Tree {
                 }
                 let Some(b) = leaf.basements.get(bi) else { break };
                 let s = b.entries.partition_point(|(k, _)| k.as_slice() < lo);
-                let e = h.map_or(b.entries.len(), |h| b.entries.partition_point(|(k, _)| k.as_slice() < h));
+                let e = h.map_or(b.entries.len(), |h| {
+                    b.entries.partition_point(|(k, _)| k.as_slice() < h)
+                });
                 let mut entries = b.entries.get(s..e.max(s)).map(<[_]>::to_vec).unwrap_or_default();
                 for m in msgs.iter().filter(|m| m.msn() > b.max_msn) {
                     apply_to_entries(&mut entries, m, Some(lo), h);
@@ -464,7 +513,8 @@ impl Tree {
     /// Writes every dirty node, then commits the BTT, metadata and header.
     pub fn checkpoint(&mut self) -> Result<()> {
         self.store.write_dirty()?;
-        self.store.commit(self.root, self.next_msn, self.next_node_id, self.meta.clone())
+        self.store
+            .commit(self.root, self.next_msn, self.next_node_id, self.meta.clone())
     }
 
     /// Builds a fresh tree bottom-up from sorted `pairs` (leaves filled to 7/8 of the node size,
@@ -495,7 +545,11 @@ impl Tree {
         }
     }
 
-    fn build(&mut self, pairs: &mut dyn Iterator<Item = Result<KeyValue>>, ids: &mut Vec<NodeId>) -> Result<NodeId> {
+    fn build(
+        &mut self,
+        pairs: &mut dyn Iterator<Item = Result<KeyValue>>,
+        ids: &mut Vec<NodeId>,
+    ) -> Result<NodeId> {
         let p = self.params;
         let fill = p.node_size_bytes * 7 / 8;
         let mut level: Vec<(Vec<u8>, NodeId)> = Vec::new();
@@ -505,7 +559,9 @@ impl Tree {
         for pair in pairs {
             let (k, v) = pair?;
             if last.as_ref().is_some_and(|l| *l >= k) {
-                return Err(EngineError::InvalidArgument("replace_all pairs not strictly ascending".into()));
+                return Err(EngineError::InvalidArgument(
+                    "replace_all pairs not strictly ascending".into(),
+                ));
             }
             last = Some(k.clone());
             cur_bytes += k.len() + v.len() + super::node::ENTRY_OVERHEAD_BYTES;
@@ -538,10 +594,18 @@ impl Tree {
             level = next;
             height += 1;
         }
-        level.first().map(|l| l.1).ok_or_else(|| corrupt("bulk load", "no root built"))
+        level
+            .first()
+            .map(|l| l.1)
+            .ok_or_else(|| corrupt("bulk load", "no root built"))
     }
 
-    fn emit_leaf(&mut self, entries: Vec<KeyValue>, level: &mut Vec<(Vec<u8>, NodeId)>, ids: &mut Vec<NodeId>) -> Result<()> {
+    fn emit_leaf(
+        &mut self,
+        entries: Vec<KeyValue>,
+        level: &mut Vec<(Vec<u8>, NodeId)>,
+        ids: &mut Vec<NodeId>,
+    ) -> Result<()> {
         let first_key = entries.first().map(|e| e.0.clone()).unwrap_or_default();
         let leaf = Node::Leaf(Leaf::from_entries(entries, 0, self.params.basement_size_bytes));
         let id = self.alloc_id();
@@ -590,7 +654,11 @@ impl Tree {
                 _ => break,
             }
         }
-        Ok(IntegrityReport { keys, blocks: reachable.len() as u64, height: root_height + 1 })
+        Ok(IntegrityReport {
+            keys,
+            blocks: reachable.len() as u64,
+            height: root_height + 1,
+        })
     }
 
     fn check_node(
@@ -610,7 +678,10 @@ impl Tree {
         let next_msn = self.next_msn;
         let height = node.height();
         if expect_height.is_some_and(|h| h != height) {
-            return Err(corrupt(loc, format!("height {height}, expected {expect_height:?}")));
+            return Err(corrupt(
+                loc,
+                format!("height {height}, expected {expect_height:?}"),
+            ));
         }
         let bad = |d: String| corrupt(loc.clone(), d);
         let check_pivots = |pivots: &[Vec<u8>], parts: usize| -> std::result::Result<(), String> {
@@ -641,12 +712,17 @@ impl Tree {
                     }
                     for (k, _) in &b.entries {
                         if blo.is_some_and(|x| k.as_slice() < x) || bhi.is_some_and(|x| k.as_slice() >= x) {
-                            return Err(bad(format!("basement {bi}: key {k:?} outside [{blo:?}, {bhi:?})")));
+                            return Err(bad(format!(
+                                "basement {bi}: key {k:?} outside [{blo:?}, {bhi:?})"
+                            )));
                         }
                     }
                     let data: usize = b.entries.iter().map(|(k, v)| k.len() + v.len()).sum();
                     if data != b.data_bytes {
-                        return Err(bad(format!("basement {bi}: size {} != recomputed {data}", b.data_bytes)));
+                        return Err(bad(format!(
+                            "basement {bi}: size {} != recomputed {data}",
+                            b.data_bytes
+                        )));
                     }
                     if b.max_msn >= next_msn {
                         return Err(bad(format!("basement {bi}: MSN {} from the future", b.max_msn)));
@@ -657,7 +733,11 @@ impl Tree {
             Node::Internal(n) => {
                 check_pivots(&n.pivots, n.children.len()).map_err(&bad)?;
                 if n.buffers.len() != n.children.len() || height == 0 {
-                    return Err(bad(format!("{} buffers, {} children, height {height}", n.buffers.len(), n.children.len())));
+                    return Err(bad(format!(
+                        "{} buffers, {} children, height {height}",
+                        n.buffers.len(),
+                        n.children.len()
+                    )));
                 }
                 for (i, b) in n.buffers.iter().enumerate() {
                     let (clo, chi) = child_bounds(&n.pivots, i, lo.as_deref(), hi.as_deref());
@@ -674,10 +754,19 @@ impl Tree {
     }
 }
 
-fn check_buffer(b: &Buffer, lo: Option<&[u8]>, hi: Option<&[u8]>, next_msn: Msn) -> std::result::Result<(), String> {
+fn check_buffer(
+    b: &Buffer,
+    lo: Option<&[u8]>,
+    hi: Option<&[u8]>,
+    next_msn: Msn,
+) -> std::result::Result<(), String> {
     let (bytes, deletes, count) = b.recompute();
     if (bytes, deletes, count) != b.counters() {
-        return Err(format!("counters {:?} != recomputed {:?}", b.counters(), (bytes, deletes, count)));
+        return Err(format!(
+            "counters {:?} != recomputed {:?}",
+            b.counters(),
+            (bytes, deletes, count)
+        ));
     }
     for (k, list) in b.point_lists() {
         if lo.is_some_and(|x| k.as_slice() < x) || hi.is_some_and(|x| k.as_slice() >= x) {

@@ -25,7 +25,11 @@ pub fn records(start: u64, n: u64, size: usize) -> Vec<(u64, Bytes)> {
 
 /// A deterministic payload for index `i`.
 pub fn payload(i: u64, size: usize) -> Bytes {
-    Bytes::from((0..size).map(|j| (i as usize * 31 + j * 7) as u8).collect::<Vec<u8>>())
+    Bytes::from(
+        (0..size)
+            .map(|j| (i as usize * 31 + j * 7) as u8)
+            .collect::<Vec<u8>>(),
+    )
 }
 
 /// Every record the log holds.

@@ -46,6 +46,7 @@ pub fn check_convergence(states: &[NodeFinalState]) -> CheckResult {
     let diverged = states
         .iter()
         .any(|s| s.digest != first.digest || s.applied_index != first.applied_index);
+    let all_zero = states.iter().all(|s| s.digest == Some(0));
     let (verdict, summary) = if !silent.is_empty() {
         (Verdict::Invalid, format!("no digest from {}", silent.join(", ")))
     } else if diverged {
@@ -61,6 +62,14 @@ pub fn check_convergence(states: &[NodeFinalState]) -> CheckResult {
             })
             .collect();
         (Verdict::Invalid, format!("replicas differ: {}", desc.join(" ")))
+    } else if all_zero {
+        (
+            Verdict::Unsupported,
+            format!(
+                "every node answered digest 0 at applied index {}: the node does not compute digests",
+                first.applied_index.unwrap_or(0)
+            ),
+        )
     } else {
         (
             Verdict::Valid,
@@ -146,6 +155,14 @@ mod tests {
         let s = [st("n1", 10, 7, Some(1)), silent];
         assert_eq!(check_convergence(&s).verdict, Verdict::Invalid);
         assert_eq!(check_liveness(&s, 30_000).verdict, Verdict::Invalid);
+    }
+
+    #[test]
+    fn all_zero_digests_mean_unsupported_not_valid() {
+        let s = [st("n1", 10, 0, Some(1)), st("n2", 10, 0, Some(1))];
+        assert_eq!(check_convergence(&s).verdict, Verdict::Unsupported);
+        let s = [st("n1", 10, 0, Some(1)), st("n2", 10, 5, Some(1))];
+        assert_eq!(check_convergence(&s).verdict, Verdict::Invalid);
     }
 
     #[test]

@@ -1,0 +1,245 @@
+//! The `ftkvctl` binary against in-process fake nodes: outputs, the JSON contracts that scripts
+//! rely on (`endpoint status --cluster`, `bench put`), and exit codes with one-line errors.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::process::Output;
+use std::sync::{Arc, Mutex};
+
+use common::{serve, FakeNode, Shared};
+use ftkv_proto::v1 as pb;
+
+/// Runs ftkvctl with `args` (and `stdin`) off the async runtime, so the fake servers keep running.
+async fn ctl(args: &[&str], stdin: &str) -> Output {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let stdin = stdin.to_string();
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ftkvctl"))
+            .args(&args)
+            .env_remove("FTKV_ENDPOINTS")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Leader + follower (redirecting to the leader) + a dead member; returns (leader, follower).
+async fn cluster() -> (String, String, Arc<Mutex<Shared>>) {
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let leader = FakeNode::leader(&shared);
+    let leader_ep = serve(leader.clone()).await;
+    let follower_ep = serve(FakeNode::follower(2, &leader_ep, &shared)).await;
+    *leader.members.lock().unwrap() = vec![
+        pb::Member {
+            id: 1,
+            client_endpoint: leader_ep.clone(),
+            peer_endpoint: "x:1".into(),
+            is_voter: true,
+        },
+        pb::Member {
+            id: 2,
+            client_endpoint: follower_ep.clone(),
+            peer_endpoint: "x:2".into(),
+            is_voter: true,
+        },
+        pb::Member {
+            id: 3,
+            client_endpoint: "127.0.0.1:1".into(),
+            peer_endpoint: "x:3".into(),
+            is_voter: true,
+        },
+    ];
+    (leader_ep, follower_ep, shared)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_get_del_and_missing_keys() {
+    let (_, follower, _) = cluster().await;
+    let ep = ["--endpoints", follower.as_str()];
+    let o = ctl(&[&ep[..], &["put", "k", "v"]].concat(), "").await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "OK\n");
+    let o = ctl(&[&ep[..], &["get", "k"]].concat(), "").await;
+    assert_eq!(stdout(&o), "k\nv\n");
+    let o = ctl(&[&ep[..], &["-w", "json", "get", "k"]].concat(), "").await;
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        (v["found"].as_bool(), v["value"].as_str()),
+        (Some(true), Some("v"))
+    );
+    // A missing key: nothing and exit 0 in simple mode, {"found":false} in JSON.
+    let o = ctl(&[&ep[..], &["get", "nope"]].concat(), "").await;
+    assert!(o.status.success());
+    assert_eq!(stdout(&o), "");
+    let o = ctl(&[&ep[..], &["-w", "json", "get", "nope"]].concat(), "").await;
+    assert_eq!(stdout(&o), "{\"found\":false}\n");
+    // Value from stdin, hex in and out.
+    let o = ctl(&[&ep[..], &["put", "bin"]].concat(), "raw bytes").await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = ctl(&[&ep[..], &["--hex", "get", "62696e"]].concat(), "").await;
+    assert_eq!(stdout(&o), "62696e\n726177206279746573\n", "\"raw bytes\" as hex");
+    let o = ctl(&[&ep[..], &["upsert", "c", "--add", "7"]].concat(), "").await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = ctl(
+        &[&ep[..], &["--hex", "get", "63", "--print-value-only"]].concat(),
+        "",
+    )
+    .await;
+    assert_eq!(stdout(&o), "0700000000000000\n");
+    let o = ctl(&[&ep[..], &["del", "k"]].concat(), "").await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = ctl(&[&ep[..], &["get", "k"]].concat(), "").await;
+    assert_eq!(stdout(&o), "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_status_cluster_json_contract() {
+    let (leader, _, _) = cluster().await;
+    let o = ctl(
+        &[
+            "--endpoints",
+            &leader,
+            "-w",
+            "json",
+            "endpoint",
+            "status",
+            "--cluster",
+        ],
+        "",
+    )
+    .await;
+    assert!(
+        o.status.success(),
+        "one member down is a warning, not a failure: {}",
+        stderr(&o)
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let nodes = v.as_array().unwrap();
+    assert_eq!(nodes.len(), 2, "the dead member is left out: {v}");
+    for n in nodes {
+        for f in [
+            "id",
+            "endpoint",
+            "is_leader",
+            "leader_id",
+            "term",
+            "commit_index",
+            "applied_index",
+            "engine",
+        ] {
+            assert!(n.get(f).is_some(), "missing {f} in {n}");
+        }
+    }
+    assert_eq!(nodes.iter().filter(|n| n["is_leader"] == true).count(), 1);
+    assert!(
+        stderr(&o).contains("127.0.0.1:1"),
+        "the dead member is named on stderr: {}",
+        stderr(&o)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_put_prints_one_json_object() {
+    let (leader, follower, shared) = cluster().await;
+    let eps = format!("{follower},{leader}");
+    let args = [
+        "--endpoints",
+        &eps,
+        "-w",
+        "json",
+        "bench",
+        "put",
+        "--clients",
+        "4",
+        "--duration",
+        "1s",
+    ];
+    let o = ctl(&args, "").await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    for f in ["ops", "ops_per_sec", "errors"] {
+        assert!(v.get(f).is_some(), "missing {f} in {v}");
+    }
+    for f in ["min", "avg", "p50", "p95", "p99", "max"] {
+        assert!(
+            v["latency_ms"].get(f).and_then(|x| x.as_f64()).is_some(),
+            "latency_ms.{f} in {v}"
+        );
+    }
+    let ops = v["ops"].as_u64().unwrap();
+    assert!(ops > 0);
+    assert_eq!(v["errors"], 0);
+    assert_eq!(v["ops_per_entry"], 2.5, "read from the leader's status");
+    assert!(shared.lock().unwrap().write_sessions.len() as u64 >= ops);
+    assert!(
+        stderr(&o).contains("writes/s"),
+        "progress lines on stderr: {}",
+        stderr(&o)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_exit_1_with_one_line() {
+    let (leader, _, _) = cluster().await;
+    let check = |o: &Output, needle: &str| {
+        assert_eq!(o.status.code(), Some(1), "stderr: {}", stderr(o));
+        assert_eq!(stdout(o), "", "nothing on stdout");
+        let err = stderr(o);
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(
+            err.starts_with("Error: ") && err.contains(needle),
+            "{needle:?} not in {err}"
+        );
+    };
+    let o = ctl(
+        &["--endpoints", &leader, "put", "a-key-that-is-way-too-long", "v"],
+        "",
+    )
+    .await;
+    check(&o, "max_key_bytes");
+    let o = ctl(
+        &["--endpoints", "127.0.0.1:1", "--timeout", "500ms", "get", "k"],
+        "",
+    )
+    .await;
+    check(&o, "127.0.0.1:1");
+    let o = ctl(&["--endpoints", &leader, "txn"], "exists(a)\nput a 1\n\nfrob\n").await;
+    check(&o, "line 2");
+    let o = ctl(&["--endpoints", &leader, "--hex", "put", "zz", "00"], "").await;
+    check(&o, "invalid hex key");
+    let o = ctl(&["--endpoints", "localhost", "get", "k"], "").await;
+    check(&o, "expected host:port");
+    let o = ctl(
+        &[
+            "--endpoints",
+            "127.0.0.1:1",
+            "--timeout",
+            "500ms",
+            "endpoint",
+            "status",
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stdout(&o), "");
+    // Usage errors come from clap with exit code 2.
+    let o = ctl(&["upsert", "k"], "").await;
+    assert_eq!(o.status.code(), Some(2));
+}

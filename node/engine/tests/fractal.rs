@@ -1,0 +1,285 @@
+#![allow(clippy::unwrap_used)]
+//! Fractal-tree specific tests: shape (height, edge splits), integrity after every batch,
+//! space reuse, corruption detection (issue 3, acceptance 3) and instant range messages.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use common::*;
+use ftkv_engine::fractal::{FractalEngine, TreeParams, TREE_FILE_NAME};
+use ftkv_engine::model::apply_ops;
+use ftkv_engine::{Engine, EngineError, EngineKind, UpsertOp, WriteOp};
+use ftkv_vfs::{FaultVfs, Vfs};
+use proptest::strategy::{Strategy, ValueTree};
+use proptest::test_runner::{Config, TestRng, TestRunner};
+
+fn key(i: u64) -> Vec<u8> {
+    format!("key{i:08}").into_bytes()
+}
+
+/// Random batches with a full comparison and `check_integrity` after every batch.
+#[test]
+fn random_batches_keep_every_invariant() {
+    for seed in 0..6u64 {
+        let mut runner = TestRunner::new_with_rng(
+            Config::default(),
+            TestRng::from_seed(proptest::test_runner::RngAlgorithm::ChaCha, &[seed as u8; 32]),
+        );
+        let cache = if seed % 2 == 0 { 4 << 10 } else { 1 << 20 };
+        let mut s = Subject::new(EngineKind::Fractal, SMALL, cache, (seed % 3 == 0).then_some(1));
+        let mut model = BTreeMap::new();
+        let strat = proptest::collection::vec(write_op_strategy(), 1..30);
+        for step in 0..120 {
+            let ops = strat.new_tree(&mut runner).unwrap().current();
+            s.e().write(&ops, None).unwrap();
+            apply_ops(&mut model, &ops);
+            if let Err(e) = s.e().check_integrity() {
+                panic!("seed {seed} step {step}: {e}\nops {ops:?}");
+            }
+            assert_eq!(dump(s.e()), model, "seed {seed} step {step} ops {ops:?}");
+            if step % 17 == 0 {
+                s.e().checkpoint().unwrap();
+            }
+            if step % 41 == 40 {
+                s.e().checkpoint().unwrap();
+                s.open().unwrap();
+                assert_eq!(dump(s.e()), model, "seed {seed} step {step} after reopen");
+            }
+        }
+    }
+}
+
+/// Enough random inserts with tiny nodes grow the tree to at least three levels; every key reads
+/// back, before and after a checkpoint + reopen.
+#[test]
+fn tree_grows_to_three_levels_and_reads_back() {
+    let mut s = Subject::new(EngineKind::Fractal, SMALL, 64 << 10, Some(1));
+    let mut model = BTreeMap::new();
+    let mut x: u64 = 12345;
+    for _ in 0..40 {
+        let mut ops = Vec::new();
+        for _ in 0..50 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ops.push(WriteOp::Put {
+                key: key(x >> 40),
+                value: vec![(x >> 8) as u8; 20],
+            });
+        }
+        s.e().write(&ops, Some(b"m")).unwrap();
+        apply_ops(&mut model, &ops);
+    }
+    let report = s.e().check_integrity().unwrap();
+    assert!(
+        report.height >= 3,
+        "height {} with {} keys",
+        report.height,
+        model.len()
+    );
+    assert_eq!(report.keys, model.len() as u64);
+    for (k, v) in &model {
+        assert_eq!(s.e().get(k).unwrap().as_ref(), Some(v));
+    }
+    s.e().checkpoint().unwrap();
+    s.open().unwrap();
+    assert_eq!(dump(s.e()), model);
+    assert_eq!(s.e().meta().unwrap(), Some(b"m".to_vec()));
+    assert!(s.e().check_integrity().unwrap().height >= 3);
+}
+
+/// Sequential inserts split the right edge unevenly: leaves stay nearly full, so the tree has
+/// far fewer nodes than with even splits.
+#[test]
+fn sequential_inserts_leave_full_leaves() {
+    let s = Subject::new(EngineKind::Fractal, SMALL, 1 << 20, None);
+    for b in 0..40u64 {
+        let ops: Vec<WriteOp> = (0..50)
+            .map(|i| WriteOp::Put {
+                key: key(b * 50 + i),
+                value: vec![1; 20],
+            })
+            .collect();
+        s.e().write(&ops, None).unwrap();
+    }
+    let report = s.e().check_integrity().unwrap();
+    assert_eq!(report.keys, 2000);
+    // 2000 entries of ~48 bytes = 96 KB; 1 KiB leaves filled to 15/16 need ~100 leaves, even
+    // splits would need ~190.
+    assert!(
+        report.blocks < 170,
+        "{} nodes for 2000 sequential keys",
+        report.blocks
+    );
+}
+
+/// A steady overwrite workload with checkpoints reuses freed blocks: the file stops growing.
+#[test]
+fn overwrites_do_not_grow_the_file() {
+    let s = Subject::new(EngineKind::Fractal, SMALL, 1 << 20, None);
+    let mut sizes = Vec::new();
+    for round in 0..30u64 {
+        let ops: Vec<WriteOp> = (0..300)
+            .map(|i| WriteOp::Put {
+                key: key(i),
+                value: vec![round as u8; 30],
+            })
+            .collect();
+        s.e().write(&ops, None).unwrap();
+        s.e().checkpoint().unwrap();
+        sizes.push(s.e().size_on_disk_bytes().unwrap());
+    }
+    let early = sizes[5];
+    let late = *sizes.last().unwrap();
+    assert!(late <= early * 2, "file grew from {early} to {late}: {sizes:?}");
+    s.e().check_integrity().unwrap();
+}
+
+/// DeleteRange and a broadcast over many keys are single messages: O(1) to inject.
+#[test]
+fn range_messages_are_instant_and_correct() {
+    let s = Subject::new(
+        EngineKind::Fractal,
+        TreeParams {
+            node_size_bytes: 64 << 10,
+            basement_size_bytes: 4 << 10,
+            fanout: 16,
+        },
+        64 << 20,
+        None,
+    );
+    let ops: Vec<WriteOp> = (0..20_000)
+        .map(|i| WriteOp::Put {
+            key: key(i),
+            value: 1i64.to_le_bytes().to_vec(),
+        })
+        .collect();
+    s.e().write(&ops, None).unwrap();
+    let t = std::time::Instant::now();
+    s.e()
+        .write(
+            &[WriteOp::UpsertRange {
+                start: vec![],
+                end: None,
+                op: UpsertOp::Add(41),
+            }],
+            None,
+        )
+        .unwrap();
+    s.e()
+        .write(
+            &[WriteOp::DeleteRange {
+                start: key(5_000),
+                end: Some(key(15_000)),
+            }],
+            None,
+        )
+        .unwrap();
+    let took = t.elapsed();
+    assert!(took.as_millis() < 200, "range messages took {took:?}");
+    assert_eq!(s.e().get(&key(1)).unwrap(), Some(42i64.to_le_bytes().to_vec()));
+    assert_eq!(s.e().get(&key(7_000)).unwrap(), None);
+    assert_eq!(
+        s.e().get(&key(15_000)).unwrap(),
+        Some(42i64.to_le_bytes().to_vec())
+    );
+    assert_eq!(s.e().check_integrity().unwrap().keys, 10_000);
+}
+
+fn fault_engine(vfs: &Arc<FaultVfs>, params: TreeParams) -> ftkv_engine::Result<FractalEngine> {
+    FractalEngine::open_with_params(
+        vfs.clone() as Arc<dyn Vfs>,
+        &opts("/engine".into(), 1 << 20, Some(1)),
+        params,
+    )
+}
+
+/// Acceptance 3: flip one bit in every byte position of every node block (sampled) of a
+/// checkpointed tree; every read that touches the block reports `Corruption`, never data.
+#[test]
+fn flipped_bits_are_reported_as_corruption() {
+    let vfs = FaultVfs::new(1);
+    let mut model = BTreeMap::new();
+    {
+        let e = fault_engine(&vfs, SMALL).unwrap();
+        let ops: Vec<WriteOp> = (0..400)
+            .map(|i| WriteOp::Put {
+                key: key(i * 7),
+                value: vec![i as u8; 25],
+            })
+            .collect();
+        e.write(&ops, Some(b"meta")).unwrap();
+        apply_ops(&mut model, &ops);
+        e.checkpoint().unwrap();
+    }
+    let path = std::path::PathBuf::from("/engine").join(TREE_FILE_NAME);
+    let len = vfs.durable_len(&path).unwrap();
+    let file = vfs.open(&path, false).unwrap();
+    let mut image = vec![0u8; len as usize];
+    file.read_exact_at(&mut image, 0).unwrap();
+    drop(file);
+    let mut detected = 0;
+    let mut silent_ok = 0;
+    // Every 97th byte from the block area on (headers have their own test).
+    for pos in (8192..len).step_by(97) {
+        let orig = image[pos as usize];
+        vfs.inject_bytes(&path, pos, &[orig ^ 0x04]).unwrap();
+        match fault_engine(&vfs, SMALL) {
+            Err(EngineError::Corruption { .. }) => detected += 1,
+            Err(other) => panic!("byte {pos}: unexpected error {other}"),
+            Ok(e) => match e.check_integrity() {
+                Err(EngineError::Corruption { location, .. }) => {
+                    assert!(
+                        location.contains("block") || location.contains("BTT"),
+                        "{location}"
+                    );
+                    detected += 1;
+                }
+                Err(other) => panic!("byte {pos}: unexpected error {other}"),
+                // The flip hit free space: every byte of data must still be right.
+                Ok(_) => {
+                    assert_eq!(dump(&e), model, "byte {pos}: wrong data returned");
+                    silent_ok += 1;
+                }
+            },
+        }
+        vfs.inject_bytes(&path, pos, &[orig]).unwrap();
+    }
+    assert!(detected > 10, "detected {detected}, unaffected {silent_ok}");
+    let e = fault_engine(&vfs, SMALL).unwrap();
+    assert_eq!(dump(&e), model);
+}
+
+/// A damaged newest header falls back to the previous checkpoint.
+#[test]
+fn torn_newest_header_falls_back_to_previous_checkpoint() {
+    let vfs = FaultVfs::new(2);
+    let e = fault_engine(&vfs, SMALL).unwrap();
+    e.write(
+        &[WriteOp::Put {
+            key: b"a".to_vec(),
+            value: b"1".to_vec(),
+        }],
+        Some(b"one"),
+    )
+    .unwrap();
+    e.checkpoint().unwrap(); // counter 2 -> slot 0
+    e.write(
+        &[WriteOp::Put {
+            key: b"a".to_vec(),
+            value: b"2".to_vec(),
+        }],
+        Some(b"two"),
+    )
+    .unwrap();
+    e.checkpoint().unwrap(); // counter 3 -> slot 1
+    drop(e);
+    let path = std::path::PathBuf::from("/engine").join(TREE_FILE_NAME);
+    vfs.inject_bytes(&path, 4096 + 20, &[0xff, 0xee]).unwrap();
+    let e = fault_engine(&vfs, SMALL).unwrap();
+    assert_eq!(e.get(b"a").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(e.meta().unwrap(), Some(b"one".to_vec()));
+    e.check_integrity().unwrap();
+}
