@@ -38,6 +38,7 @@ struct Config {
     retry: RetryPolicy,
     max_message_bytes: usize,
     session_window: u64,
+    connections_per_endpoint: usize,
 }
 
 /// Builds a [`Client`]: `Client::builder().endpoints(["127.0.0.1:7379"]).build().await?`.
@@ -58,6 +59,7 @@ impl Default for ClientBuilder {
                 retry: RetryPolicy::default(),
                 max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
                 session_window: DEFAULT_SESSION_WINDOW,
+                connections_per_endpoint: 1,
             },
             debug_drop_write_responses: 0,
         }
@@ -110,6 +112,13 @@ impl ClientBuilder {
         self
     }
 
+    /// HTTP/2 connections opened to each endpoint (default 1; at least 1). Calls are spread
+    /// round-robin over them; a few help when hundreds of calls run concurrently (benchmarks).
+    pub fn connections_per_endpoint(mut self, n: usize) -> Self {
+        self.config.connections_per_endpoint = n.max(1);
+        self
+    }
+
     /// **Test only.** Discards the first `n` successful write responses (put, delete, write,
     /// txn, upsert) as if the request had timed out after the node applied it, so the client
     /// retries them with the same session. Used to show that a retried `Upsert{Add}` after a
@@ -144,6 +153,7 @@ impl ClientBuilder {
             }),
             preferred: Mutex::new(None),
             rotation: AtomicUsize::new(0),
+            next_connection: AtomicUsize::new(0),
             sessions: SessionTracker::new(session_window),
             drop_write_responses: AtomicU32::new(self.debug_drop_write_responses),
         };
@@ -191,7 +201,8 @@ pub(crate) fn normalize_endpoint(raw: &str) -> Result<String> {
 struct Pool {
     /// Every endpoint known: the initial list, then those learned from redirects.
     endpoints: Vec<String>,
-    channels: HashMap<String, Channel>,
+    /// Lazily connected channels per endpoint (`connections_per_endpoint` each).
+    channels: HashMap<String, Vec<Channel>>,
 }
 
 #[derive(Debug)]
@@ -202,6 +213,8 @@ struct Inner {
     preferred: Mutex<Option<String>>,
     /// Round-robin position used while no endpoint is preferred.
     rotation: AtomicUsize,
+    /// Round-robin position over an endpoint's connections.
+    next_connection: AtomicUsize,
     sessions: Arc<SessionTracker>,
     drop_write_responses: AtomicU32,
 }
@@ -227,25 +240,37 @@ enum Target {
 }
 
 impl Inner {
+    /// A channel to `endpoint` (round-robin over its connections), created on first use.
     fn channel(&self, endpoint: &str) -> Result<Channel> {
         let mut pool = self.pool.lock();
-        if let Some(ch) = pool.channels.get(endpoint) {
-            return Ok(ch.clone());
+        if let Some(channels) = pool.channels.get(endpoint) {
+            let i = self.next_connection.fetch_add(1, Ordering::Relaxed) % channels.len().max(1);
+            if let Some(ch) = channels.get(i) {
+                return Ok(ch.clone());
+            }
         }
         let uri = format!("http://{endpoint}");
         let invalid = |e: &dyn std::fmt::Display| Error::InvalidEndpoint {
             endpoint: endpoint.to_string(),
             message: e.to_string(),
         };
-        let ch = tonic::transport::Endpoint::from_shared(uri)
+        let ep = tonic::transport::Endpoint::from_shared(uri)
             .map_err(|e| invalid(&e))?
             .connect_timeout(self.config.connect_timeout)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_timeout(Duration::from_secs(5))
-            .keep_alive_while_idle(true)
-            .connect_lazy();
-        pool.channels.insert(endpoint.to_string(), ch.clone());
+            .keep_alive_while_idle(true);
+        // Each lazy channel opens its own HTTP/2 connection: several spread the frame work of
+        // many concurrent calls over the runtime's threads (client and node side).
+        let channels: Vec<Channel> = (0..self.config.connections_per_endpoint.max(1))
+            .map(|_| ep.connect_lazy())
+            .collect();
+        let ch = channels
+            .first()
+            .cloned()
+            .ok_or_else(|| invalid(&"no connection"))?;
+        pool.channels.insert(endpoint.to_string(), channels);
         if !pool.endpoints.iter().any(|e| e == endpoint) {
             pool.endpoints.push(endpoint.to_string());
         }
@@ -321,6 +346,8 @@ impl Inner {
         let mut redirect: Option<String> = None;
         // Endpoints whose connection failed during this call: their redirect hints are stale.
         let mut unreachable: Vec<String> = Vec::new();
+        // Endpoints that answered NOT_LEADER during this call.
+        let mut refused_as_follower: Vec<String> = Vec::new();
         let mut retries = 0u32;
 
         for _ in 0..policy.attempts() {
@@ -372,12 +399,20 @@ impl Inner {
                     if !failure.retry {
                         return Err(finish_error(kind, failure.error, maybe_applied));
                     }
+                    if matches!(failure.error, Error::NotLeader { .. }) {
+                        refused_as_follower.push(endpoint.clone());
+                    }
                     if matches!(target, Target::Leader) {
                         if let Some(hint) = redirect_hint(&failure.error, &endpoint, &unreachable) {
                             self.prefer(&hint);
+                            let seen = refused_as_follower.contains(&hint);
                             redirect = Some(hint);
-                            last_error = Some(failure.error);
-                            continue; // follow the redirect at once
+                            if !seen {
+                                last_error = Some(failure.error);
+                                continue; // follow a fresh redirect at once
+                            }
+                            // Nodes pointing at each other (views changing in an election):
+                            // follow the hint, but after a backoff.
                         }
                     }
                     if matches!(failure.error, Error::Unavailable { .. } | Error::Transport { .. }) {

@@ -28,11 +28,11 @@ pub struct RetryPolicy {
 }
 
 impl Default for RetryPolicy {
-    /// 10 attempts, 50 ms doubling to 1 s, 15 s overall: enough to ride out a leader election
-    /// (openraft's default election timeout is 150-300 ms; a failover here takes under 5 s).
+    /// 20 attempts, 50 ms doubling to 1 s, 15 s overall: enough to ride out a leader election
+    /// (a failover takes a few seconds); the deadline is the bound that usually ends a call.
     fn default() -> Self {
         Self {
-            max_attempts: 10,
+            max_attempts: 20,
             initial_backoff: Duration::from_millis(50),
             max_backoff: Duration::from_secs(1),
             deadline: Duration::from_secs(15),

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{serve, serve_black_hole, FakeNode, Shared};
+use common::{bind, serve, serve_black_hole, serve_on, FakeNode, Shared};
 use ftkv_client::{decode_counter, Client, Error, RetryPolicy, UpsertOp};
 use ftkv_proto::v1 as pb;
 
@@ -86,6 +86,44 @@ async fn not_leader_without_hint_rotates_to_the_next_endpoint() {
     assert_eq!(follower.requests.load(Ordering::SeqCst), 1);
     let v = shared.lock().unwrap().kv.get(&b"n"[..]).cloned().unwrap();
     assert_eq!(decode_counter(&v), Some(2));
+}
+
+#[tokio::test]
+async fn followers_pointing_at_each_other_back_off_and_give_up() {
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let (la, a) = bind().await;
+    let (lb, b) = bind().await;
+    let node_a = FakeNode::follower(2, &b, &shared);
+    let node_b = FakeNode::follower(3, &a, &shared);
+    serve_on(la, node_a.clone());
+    serve_on(lb, node_b.clone());
+    let policy = RetryPolicy {
+        max_attempts: 6,
+        initial_backoff: Duration::from_millis(20),
+        max_backoff: Duration::from_millis(40),
+        deadline: Duration::from_secs(5),
+    };
+    let client = Client::builder()
+        .endpoints([&a])
+        .retry(policy)
+        .build()
+        .await
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let err = client.put("k", "v").await.unwrap_err();
+    assert!(matches!(err, Error::NotLeader { .. }), "{err:?}");
+    assert!(
+        err.is_retryable() && !err.is_ambiguous(),
+        "refused by followers: not applied"
+    );
+    let asked = node_a.requests.load(Ordering::SeqCst) + node_b.requests.load(Ordering::SeqCst);
+    assert_eq!(asked, 6, "one request per attempt");
+    // a -> b at once (fresh hint); then each bounce back to a node already seen backs off.
+    assert!(
+        t0.elapsed() >= Duration::from_millis(40),
+        "backed off: {:?}",
+        t0.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -284,7 +322,16 @@ async fn connection_lost_after_sending_is_ambiguous() {
 async fn bench_loop_against_a_fake_leader() {
     let shared = Arc::new(Mutex::new(Shared::default()));
     let ep = serve(FakeNode::leader(&shared)).await;
-    let client = Client::builder().endpoints([&ep]).build().await.unwrap();
+    let connections: usize = std::env::var("CONNECTIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let client = Client::builder()
+        .endpoints([&ep])
+        .connections_per_endpoint(connections)
+        .build()
+        .await
+        .unwrap();
     let cfg = ftkv_client::cli::bench::BenchConfig {
         clients: 128,
         duration: Duration::from_secs(3),

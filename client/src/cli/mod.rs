@@ -222,6 +222,9 @@ pub enum BenchCommand {
         /// Key prefix.
         #[arg(long, default_value = "bench/")]
         key_prefix: String,
+        /// HTTP/2 connections per endpoint shared by the writers.
+        #[arg(long, default_value_t = 1)]
+        connections: usize,
         /// No progress lines on stderr.
         #[arg(long)]
         quiet: bool,
@@ -231,6 +234,13 @@ pub enum BenchCommand {
 /// Runs `ftkvctl` with the process arguments; returns the exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
+    // Retries and redirects are logged at debug level: `RUST_LOG=ftkv_client=debug ftkvctl ...`.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -284,6 +294,10 @@ fn read_stdin_value(hex: bool) -> anyhow::Result<Vec<u8>> {
 }
 
 async fn connect(cli: &Cli) -> anyhow::Result<Client> {
+    let connections = match &cli.command {
+        Command::Bench(BenchCommand::Put { connections, .. }) => *connections,
+        _ => 1,
+    };
     let policy = RetryPolicy {
         deadline: cli.timeout,
         max_attempts: 20,
@@ -294,6 +308,7 @@ async fn connect(cli: &Cli) -> anyhow::Result<Client> {
         .connect_timeout(cli.connect_timeout)
         .request_timeout(cli.request_timeout.min(cli.timeout))
         .retry(policy)
+        .connections_per_endpoint(connections)
         .build()
         .await
         .context("bad --endpoints")?;
@@ -459,6 +474,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             key_space,
             key_prefix,
             quiet,
+            ..
         }) => {
             let cfg = bench::BenchConfig {
                 clients: *clients,

@@ -278,8 +278,21 @@ impl Cluster for FakeNode {
 
 /// Serves `node` on a fresh loopback port; returns `host:port`.
 pub async fn serve(node: FakeNode) -> String {
+    let (listener, addr) = bind().await;
+    serve_on(listener, node);
+    addr
+}
+
+/// A loopback listener on a fresh port and its `host:port` (to know an address before the
+/// node that will serve it exists).
+pub async fn bind() -> (tokio::net::TcpListener, String) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    (listener, addr)
+}
+
+/// Serves `node` on `listener`.
+pub fn serve_on(listener: tokio::net::TcpListener, node: FakeNode) {
     let incoming = tonic::transport::server::TcpIncoming::from(listener);
     tokio::spawn(
         tonic::transport::Server::builder()
@@ -287,7 +300,6 @@ pub async fn serve(node: FakeNode) -> String {
             .add_service(ClusterServer::new(node))
             .serve_with_incoming(incoming),
     );
-    addr.to_string()
 }
 
 /// A "node" that accepts connections, reads whatever arrives for a while, then closes the

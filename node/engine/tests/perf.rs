@@ -6,10 +6,13 @@
 
 use std::time::Instant;
 
-use ftkv_engine::{open_engine, Engine, EngineKind, EngineOptions, WriteOp};
+use ftkv_engine::{open_engine, EngineKind, EngineOptions, WriteOp};
 
 fn rows() -> u64 {
-    std::env::var("FTKV_PERF_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000)
+    std::env::var("FTKV_PERF_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000)
 }
 
 fn mix(mut x: u64) -> u64 {
@@ -37,14 +40,21 @@ fn value(i: u64) -> Vec<u8> {
 
 fn run(kind: EngineKind, n: u64) {
     let tmp = tempfile::tempdir().unwrap();
-    let opts =
-        EngineOptions { dir: tmp.path().join("e"), cache_size_bytes: 512 << 20, compression_level: Some(1) };
+    let opts = EngineOptions {
+        dir: tmp.path().join("e"),
+        cache_size_bytes: 512 << 20,
+        compression_level: Some(1),
+    };
     let e = open_engine(kind, &opts).unwrap();
     let t = Instant::now();
     let mut i = 0;
     while i < n {
-        let ops: Vec<WriteOp> =
-            (i..(i + 1000).min(n)).map(|j| WriteOp::Put { key: key(j), value: value(j) }).collect();
+        let ops: Vec<WriteOp> = (i..(i + 1000).min(n))
+            .map(|j| WriteOp::Put {
+                key: key(j),
+                value: value(j),
+            })
+            .collect();
         e.write(&ops, None).unwrap();
         i += 1000;
     }

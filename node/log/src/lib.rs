@@ -21,7 +21,9 @@
 //!   directory sync after each.
 //! * **Recovery** ([`Log::open`]): every record is verified; a torn tail of the newest segment is cut
 //!   back to the last valid record (only records whose callback never fired can be lost); any
-//!   other damage is [`LogError::Corruption`] naming the segment and offset.
+//!   other damage is [`LogError::Corruption`] naming the segment and offset (with
+//!   [`SyncMode::Periodic`], recovery is point-in-time: the newest segment is cut at its first
+//!   invalid record even if valid ones follow, since unsynced writes may persist out of order).
 //! * **Poisoning** (fjall `poison.rs`): a failed write or fsync fails every pending callback and every
 //!   later call returns [`LogError::Poisoned`]; the process must reopen the log.
 //! * **Memory**: the index holds a small location per live entry; payloads stay cached only while
@@ -229,7 +231,8 @@ impl Drop for Handle {
 }
 
 /// The log. Cheap to clone; thread safe. Dropping the last clone flushes and syncs what is
-/// queued, fires the remaining callbacks and stops the flusher thread.
+/// queued, fires the remaining callbacks and stops the flusher thread. Open at most one `Log`
+/// per directory at a time (there is no lock file).
 #[derive(Clone)]
 pub struct Log {
     handle: Arc<Handle>,
@@ -347,7 +350,8 @@ impl Log {
         }
         vfs.create_dir_all(dir)
             .map_err(|e| io_err(format!("create {}", dir.display()), e))?;
-        let rec = recovery::recover(&*vfs, dir)?;
+        let point_in_time = matches!(opts.sync, SyncMode::Periodic { .. });
+        let rec = recovery::recover(&*vfs, dir, point_in_time)?;
         let mut segments: BTreeMap<u64, Option<Arc<dyn VfsFile>>> =
             rec.segments.into_iter().map(|(s, f)| (s, Some(f))).collect();
         let (active_seq, active_end, active_records) = match rec.last {
@@ -411,7 +415,8 @@ impl Log {
     /// are durable.
     ///
     /// No I/O happens here. Errors (`done` is then dropped uncalled): `Invalid` for a gap, an
-    /// index at or below [`Log::purged_up_to`], or a payload above [`limits::MAX_RECORD_PAYLOAD_BYTES`], `Poisoned` after an I/O failure.
+    /// index at or below [`Log::purged_up_to`], or a payload above
+    /// [`limits::MAX_RECORD_PAYLOAD_BYTES`]; `Poisoned` after an I/O failure.
     /// An empty `records` queues `done` to fire after the next flush.
     pub fn append(&self, records: Vec<(u64, Bytes)>, done: AppendCallback) -> Result<(), LogError> {
         for (i, (index, payload)) in records.iter().enumerate() {

@@ -6,6 +6,8 @@
 //!   creations (the crash hit between creating the file and syncing its first write): removed.
 //! * In the last segment, an invalid record with no valid record anywhere after it is a torn tail:
 //!   the file is cut (`set_len` + fdatasync) to the end of the last valid record, with a warning.
+//! * With `SyncMode::Periodic` only, an invalid record in the last segment is cut there even if
+//!   valid records follow (point-in-time recovery; see [`recover`]).
 //! * Anything else invalid (a bad record followed by valid ones, any bad byte in an earlier
 //!   segment, a missing segment number, entry indexes that do not follow each other) is
 //!   `LogError::Corruption` naming the segment and offset: never skipped silently.
@@ -71,7 +73,13 @@ fn valid_record_at_or_after(buf: &Bytes, from: usize) -> Option<usize> {
 }
 
 /// Scans and verifies `dir`, repairing only a torn tail / torn creation of the newest segment.
-pub(crate) fn recover(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered, LogError> {
+///
+/// `point_in_time`: in the newest segment, also cut at an invalid record that valid records follow
+/// (RocksDB's `kPointInTimeRecovery`). Used for `SyncMode::Periodic`, where several unsynced writes
+/// can be pending and a power loss may persist a later one without an earlier one. With
+/// `SyncMode::Always` at most one write is ever unsynced, so such a hole means damage to synced
+/// data: `Corruption`.
+pub(crate) fn recover(vfs: &dyn Vfs, dir: &Path, point_in_time: bool) -> Result<Recovered, LogError> {
     let mut found: Vec<(u64, PathBuf)> = vfs
         .list_dir(dir)
         .map_err(|e| io_err(format!("list {}", dir.display()), e))?
@@ -125,7 +133,7 @@ pub(crate) fn recover(vfs: &dyn Vfs, dir: &Path) -> Result<Recovered, LogError> 
         prev_seq = Some(seq);
         let is_last = i + 1 == count;
         check_segment_header(&buf, seq).map_err(|d| corruption(&path, 0, d))?;
-        let (valid_end, records) = replay_segment(&mut out, seq, &path, &buf, is_last)?;
+        let (valid_end, records) = replay_segment(&mut out, seq, &path, &buf, is_last, point_in_time)?;
         if (valid_end as usize) < buf.len() {
             debug_assert!(is_last);
             tracing::warn!(
@@ -154,6 +162,7 @@ fn replay_segment(
     path: &Path,
     buf: &Bytes,
     is_last: bool,
+    point_in_time: bool,
 ) -> Result<(u64, u64), LogError> {
     let mut pos = SEGMENT_HEADER_BYTES as usize;
     let mut records = 0u64;
@@ -169,6 +178,17 @@ fn replay_segment(
                     ));
                 }
                 if let Some(next) = valid_record_at_or_after(buf, pos + 1) {
+                    if point_in_time {
+                        tracing::warn!(
+                            segment = %path.display(),
+                            offset = pos,
+                            next_valid_offset = next,
+                            error = %e,
+                            "log recovery (periodic sync): invalid record followed by valid ones; \
+                             cutting at the first invalid record (unsynced writes persisted out of order)"
+                        );
+                        return Ok((pos as u64, records));
+                    }
                     return Err(corruption(
                         path,
                         pos as u64,

@@ -488,3 +488,31 @@ fn dropping_the_log_flushes_pending_appends() {
     let log = fault_log(&vfs, 4096).unwrap();
     assert_eq!(read_all(&log), records(1, 30, 30));
 }
+
+#[test]
+fn periodic_mode_recovers_point_in_time_across_a_hole() {
+    let vfs = FaultVfs::new(19);
+    let periodic = LogOptions {
+        segment_size_bytes: 1 << 20,
+        sync: SyncMode::Periodic { period_ms: 60_000 },
+    };
+    {
+        let log = Log::open(vfs.clone(), Path::new("/log"), periodic.clone()).unwrap();
+        append_wait(&log, records(1, 20, 50)).unwrap();
+        log.sync().unwrap();
+    }
+    // Unsynced writes persisted out of order: a zeroed record with valid ones after it.
+    let seg = segments(&vfs).pop().unwrap();
+    vfs.inject_bytes(&seg, 32 + 10 * 67, &[0u8; 67]).unwrap();
+    let strict = Log::open(vfs.clone(), Path::new("/log"), opts(1 << 20)).unwrap_err();
+    assert!(
+        matches!(strict, LogError::Corruption { .. }),
+        "sync = always refuses: {strict}"
+    );
+    let log = Log::open(vfs.clone(), Path::new("/log"), periodic).unwrap();
+    assert_eq!(
+        read_all(&log),
+        records(1, 10, 50),
+        "cut at the first invalid record"
+    );
+}

@@ -9,6 +9,9 @@
 //! `log_store`, `state_machine` (+ `session`, `snapshot`), `network` (peer client) and
 //! `peer_server` (peer service), `batcher` (proposal batching), `reads` (coalesced ReadIndex).
 
+// openraft's storage traits fix the (large) `StorageError` type of our adapters.
+#![allow(clippy::result_large_err)]
+
 mod batcher;
 pub mod command;
 mod errors;
@@ -238,8 +241,8 @@ impl ClusterNode {
         let append_max = log_store::APPEND_ENTRIES_MAX_BYTES
             .min(config.peer_max_message_bytes / 2)
             .max(64 * 1024);
-        let log_store =
-            log_store::LogStore::new(log, append_max, config.unsafe_ack_before_fsync).map_err(|e| ClusterError::Storage(e.to_string()))?;
+        let log_store = log_store::LogStore::new(log, append_max, config.unsafe_ack_before_fsync)
+            .map_err(|e| ClusterError::Storage(e.to_string()))?;
         let state_machine = {
             let dir = snapshot_dir.clone();
             tokio::task::spawn_blocking(move || state_machine::StateMachine::open(engine, &dir))

@@ -36,7 +36,8 @@ pub struct ReadBarrier {
 }
 
 impl ReadBarrier {
-    /// A barrier over `raft`; waiting for the apply index gives up after `apply_timeout`.
+    /// A barrier over `raft`. Each ReadIndex round, and each wait for the apply index, gives up
+    /// after `apply_timeout` (`Unavailable`).
     pub fn new(raft: Raft, apply_timeout: Duration) -> Arc<Self> {
         let (results, _) = watch::channel(None);
         Arc::new(ReadBarrier {
@@ -88,9 +89,15 @@ impl ReadBarrier {
     async fn run_rounds(self: Arc<Self>, first: u64) {
         let mut round = first;
         loop {
-            let result = match self.raft.get_read_log_id().await {
-                Ok((read_log_id, _applied)) => Ok(read_log_id.map_or(0, |l| l.index)),
-                Err(e) => Err(read_error_to_cluster(&self.raft, e)),
+            // A round waits for a quorum of heartbeat answers; bound it so a leader cut off from
+            // its followers answers `Unavailable` instead of hanging every reader.
+            let result = match tokio::time::timeout(self.apply_timeout, self.raft.get_read_log_id()).await {
+                Ok(Ok((read_log_id, _applied))) => Ok(read_log_id.map_or(0, |l| l.index)),
+                Ok(Err(e)) => Err(read_error_to_cluster(&self.raft, e)),
+                Err(_) => Err(ClusterError::Unavailable(format!(
+                    "leadership not confirmed by a quorum within {} ms",
+                    self.apply_timeout.as_millis()
+                ))),
             };
             self.results.send_replace(Some((round, result)));
             let mut rounds = self.rounds.lock();

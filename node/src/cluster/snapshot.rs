@@ -428,6 +428,7 @@ impl AsyncSeek for SnapshotFile {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use ftkv_engine::model::ModelEngine;

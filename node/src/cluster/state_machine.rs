@@ -435,6 +435,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::cluster::command::{upsert, Compare, CompareOp, CompareTarget, Session};

@@ -1,6 +1,7 @@
 //! Tests of the cluster layer: openraft's storage conformance suite against the real log store
 //! and state machine (acceptance 5), and in-process three-node clusters over loopback gRPC
 //! (batched writes, linearizable reads, failover, exactly-once, snapshot catch-up).
+#![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -453,7 +454,11 @@ async fn restart_without_checkpoint_replays_committed_entries_exactly_once() {
     wait_for_leader(&[&node.node], Duration::from_secs(10)).await;
     // Concurrent writes of one client: the lowest outstanding sequence is the phase start.
     let add = |seq: u64, first: u64| Command::Write {
-        session: Some(Session { client_id: 42, sequence: seq, first_incomplete: first }),
+        session: Some(Session {
+            client_id: 42,
+            sequence: seq,
+            first_incomplete: first,
+        }),
         ops: vec![upsert(b"c".to_vec(), UpsertOp::Add(1))],
     };
     let run_phase = |seqs: std::ops::RangeInclusive<u64>| {
@@ -463,7 +468,9 @@ async fn restart_without_checkpoint_replays_committed_entries_exactly_once() {
             let mut handles = Vec::new();
             for seq in seqs {
                 let n = n.clone();
-                handles.push(tokio::spawn(async move { n.write(add(seq, first)).await.unwrap() }));
+                handles.push(tokio::spawn(
+                    async move { n.write(add(seq, first)).await.unwrap() },
+                ));
             }
             let mut last_index = 0;
             for h in handles {
@@ -493,7 +500,10 @@ async fn restart_without_checkpoint_replays_committed_entries_exactly_once() {
     assert_eq!(counter(restored.as_ref(), b"c"), 150);
     let meta: super::state_machine::PersistedMeta =
         super::log_store::decode_versioned(&checkpoint_meta).unwrap();
-    assert!(meta.last_applied.unwrap().index < last_index, "the restart must replay entries");
+    assert!(
+        meta.last_applied.unwrap().index < last_index,
+        "the restart must replay entries"
+    );
     let l = TcpListener::bind(&addr).await.unwrap();
     let node = start_node(config(1, dir.path(), &addr, 1_000_000), restored.clone(), l).await;
     node.node.initialize(peers, 5_000).await.unwrap();
@@ -502,7 +512,10 @@ async fn restart_without_checkpoint_replays_committed_entries_exactly_once() {
     assert!(node.node.status().applied_index >= last_index);
     assert_eq!(counter(restored.as_ref(), b"c"), 300);
     // A retry of an already applied sequence is recognized after the restart.
-    assert_eq!(node.node.write(add(300, 151)).await.unwrap().0, CommandResult::Written);
+    assert_eq!(
+        node.node.write(add(300, 151)).await.unwrap().0,
+        CommandResult::Written
+    );
     node.node.read_barrier().await.unwrap();
     assert_eq!(counter(restored.as_ref(), b"c"), 300);
     node.stop().await;
@@ -512,7 +525,11 @@ async fn restart_without_checkpoint_replays_committed_entries_exactly_once() {
 async fn ack_all_waits_for_every_voter_and_reports_not_on_all_replicas() {
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let ls = listeners(3).await;
-    let peers: BTreeMap<u64, String> = ls.iter().enumerate().map(|(i, (_, a))| (i as u64 + 1, a.clone())).collect();
+    let peers: BTreeMap<u64, String> = ls
+        .iter()
+        .enumerate()
+        .map(|(i, (_, a))| (i as u64 + 1, a.clone()))
+        .collect();
     let mut nodes: Vec<Option<TestNode>> = Vec::new();
     for (i, (l, addr)) in ls.into_iter().enumerate() {
         let mut cfg = config(i as u64 + 1, dirs[i].path(), &addr, 100_000);
@@ -528,13 +545,19 @@ async fn ack_all_waits_for_every_voter_and_reports_not_on_all_replicas() {
     let leader = nodes[(leader_id - 1) as usize].as_ref().unwrap().node.clone();
     let put = |k: &str| Command::Write {
         session: None,
-        ops: vec![WriteOp::Put { key: k.as_bytes().to_vec(), value: b"v".to_vec() }],
+        ops: vec![WriteOp::Put {
+            key: k.as_bytes().to_vec(),
+            value: b"v".to_vec(),
+        }],
     };
     let (r, index) = leader.write(put("a")).await.unwrap();
     assert_eq!(r, CommandResult::Written);
     // Every node already holds the entry when the write is acknowledged.
     let matched = leader.inner.raft.metrics().borrow().replication.clone().unwrap();
-    assert!(matched.values().all(|m| m.is_some_and(|l| l.index >= index)), "{matched:?}");
+    assert!(
+        matched.values().all(|m| m.is_some_and(|l| l.index >= index)),
+        "{matched:?}"
+    );
 
     let follower = (0..3).find(|&i| i as u64 + 1 != leader_id).unwrap();
     nodes[follower].take().unwrap().stop().await;

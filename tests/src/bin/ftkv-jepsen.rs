@@ -25,7 +25,10 @@ use ftkv_tests::jepsen::scenario::{self, Scenario};
 use ftkv_tests::jepsen::workload::{WorkloadKind, WorkloadOptions};
 
 #[derive(Parser)]
-#[command(name = "ftkv-jepsen", about = "Jepsen-style fault tests against a real ftkv cluster")]
+#[command(
+    name = "ftkv-jepsen",
+    about = "Jepsen-style fault tests against a real ftkv cluster"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -169,13 +172,20 @@ async fn real_main() -> i32 {
                 }
             };
             let seed = seed.unwrap_or_else(|| {
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(1)
                     % 1_000_000_007
             });
             let mut o = TestOptions::new(workload);
             o.name = name.unwrap_or_else(|| {
                 let n: Vec<&str> = nemeses.iter().map(|k| k.name()).collect();
-                format!("{}-{}", workload.name(), if n.is_empty() { "none".into() } else { n.join(",") })
+                format!(
+                    "{}-{}",
+                    workload.name(),
+                    if n.is_empty() { "none".into() } else { n.join(",") }
+                )
             });
             o.workload_options = WorkloadOptions::default();
             o.nemeses = nemeses;
@@ -190,7 +200,11 @@ async fn real_main() -> i32 {
             println!("ftkv-jepsen: seed {seed}");
             run_one(&o, interrupt_flag()).await
         }
-        Command::Scenario { path, store, substrate } => {
+        Command::Scenario {
+            path,
+            store,
+            substrate,
+        } => {
             let files = match scenario::scenario_files(&path) {
                 Ok(f) if !f.is_empty() => f,
                 Ok(_) => {
@@ -228,11 +242,15 @@ async fn real_main() -> i32 {
             }
             println!("ftkv-jepsen: scenarios");
             for (n, c) in &summary {
-                println!("  {:<40} {}", n, match c {
-                    0 => "valid",
-                    1 => "INVALID",
-                    _ => "harness failure / unknown",
-                });
+                println!(
+                    "  {:<40} {}",
+                    n,
+                    match c {
+                        0 => "valid",
+                        1 => "INVALID",
+                        _ => "harness failure / unknown",
+                    }
+                );
             }
             let passed = summary.iter().filter(|(_, c)| *c == 0).count();
             println!("scenarios: {passed} passed, {} failed", summary.len() - passed);

@@ -81,10 +81,11 @@ impl Db {
                 let dir = options.dir.clone();
                 let args = options.node_args.clone();
                 let n = options.nodes;
-                let cluster = tokio::task::spawn_blocking(move || NetnsCluster::start(n, &dir, &bins.node, args))
-                    .await
-                    .map_err(sub)?
-                    .map_err(sub)?;
+                let cluster =
+                    tokio::task::spawn_blocking(move || NetnsCluster::start(n, &dir, &bins.node, args))
+                        .await
+                        .map_err(sub)?
+                        .map_err(sub)?;
                 Inner::Netns(cluster)
             }
         };
@@ -120,7 +121,10 @@ impl Db {
 
     /// Client endpoints of the current members.
     pub fn endpoints(&self) -> Vec<String> {
-        self.members().into_iter().filter_map(|id| self.endpoint(id).ok()).collect()
+        self.members()
+            .into_iter()
+            .filter_map(|id| self.endpoint(id).ok())
+            .collect()
     }
 
     /// Data dir of node `id`.
@@ -224,7 +228,11 @@ impl Db {
             }
             Inner::Netns(c) => {
                 c.add_node(id).map_err(sub)?;
-                Ok((id, c.endpoint(id).map_err(sub)?, c.peer_endpoint(id).map_err(sub)?))
+                Ok((
+                    id,
+                    c.endpoint(id).map_err(sub)?,
+                    c.peer_endpoint(id).map_err(sub)?,
+                ))
             }
         }
     }
@@ -258,7 +266,10 @@ impl Db {
                 return Ok(l);
             }
             if started.elapsed() > wait {
-                return Err(DbError::Substrate(format!("no leader within {} s", wait.as_secs())));
+                return Err(DbError::Substrate(format!(
+                    "no leader within {} s",
+                    wait.as_secs()
+                )));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -296,7 +307,11 @@ impl Db {
 }
 
 /// `Cluster.Status` of one endpoint through a one-endpoint client, bounded by `timeout`.
-pub async fn status(endpoint: &str, with_digest: bool, timeout: Duration) -> Result<ftkv_client::NodeStatus, String> {
+pub async fn status(
+    endpoint: &str,
+    with_digest: bool,
+    timeout: Duration,
+) -> Result<ftkv_client::NodeStatus, String> {
     let fut = async {
         let client = ftkv_client::Client::builder()
             .endpoints([endpoint.to_string()])
@@ -306,7 +321,10 @@ pub async fn status(endpoint: &str, with_digest: bool, timeout: Duration) -> Res
             .build()
             .await
             .map_err(|e| e.to_string())?;
-        client.status_with(endpoint, with_digest).await.map_err(|e| e.to_string())
+        client
+            .status_with(endpoint, with_digest)
+            .await
+            .map_err(|e| e.to_string())
     };
     tokio::time::timeout(timeout + Duration::from_secs(1), fut)
         .await

@@ -4,11 +4,14 @@
 //! generator, history, checker).
 
 pub mod checker;
-pub mod history;
 pub mod db;
+pub mod history;
 pub mod nemesis;
 pub mod netns;
 pub mod report;
-pub mod workload;
 pub mod runner;
 pub mod scenario;
+pub mod workload;
+
+#[cfg(test)]
+mod canary;

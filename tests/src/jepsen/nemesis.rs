@@ -61,7 +61,11 @@ impl NemesisKind {
     /// Parses a comma-separated list (`partition,kill`); `none` or empty gives no fault.
     pub fn parse_list(text: &str) -> Result<Vec<NemesisKind>, String> {
         let mut out = Vec::new();
-        for part in text.split(',').map(str::trim).filter(|s| !s.is_empty() && *s != "none") {
+        for part in text
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty() && *s != "none")
+        {
             let kind = match part {
                 "partition" => NemesisKind::Partition,
                 "kill" => NemesisKind::Kill,
@@ -252,7 +256,11 @@ pub fn schedule(kinds: &[NemesisKind], time_limit_ms: u64, rng: &mut StdRng) -> 
             break;
         }
         if let Some(fault) = Fault::random(kind, rng) {
-            plan.push(Planned { at_ms: t, hold_ms: hold, fault });
+            plan.push(Planned {
+                at_ms: t,
+                hold_ms: hold,
+                fault,
+            });
         }
         t += hold;
     }
@@ -287,11 +295,17 @@ fn err_value(e: &DbError) -> Value {
 impl Nemesis {
     /// A nemesis over `db` recording into `recorder`, with its own seeded RNG.
     pub fn new(db: Arc<Db>, recorder: Recorder, rng: StdRng) -> Self {
-        Nemesis { db, recorder, rng, isolated: Vec::new() }
+        Nemesis {
+            db,
+            recorder,
+            rng,
+            isolated: Vec::new(),
+        }
     }
 
     fn record(&self, op_type: OpType, f: &str, value: Value) {
-        self.recorder.record(Op::new(Process::Nemesis, op_type, f, None, value));
+        self.recorder
+            .record(Op::new(Process::Nemesis, op_type, f, None, value));
     }
 
     async fn resolve(&mut self, target: &Target) -> Vec<u64> {
@@ -316,7 +330,11 @@ impl Nemesis {
     /// Starts `fault`; records `start-<kind>` invoke and info. Returns what to undo.
     pub async fn start(&mut self, fault: &Fault) -> Active {
         let f = format!("start-{}", fault.kind().name());
-        self.record(OpType::Invoke, &f, serde_json::to_value(fault).unwrap_or(Value::Null));
+        self.record(
+            OpType::Invoke,
+            &f,
+            serde_json::to_value(fault).unwrap_or(Value::Null),
+        );
         let (active, value) = match fault {
             Fault::Kill { target } => {
                 let nodes = self.resolve(target).await;
@@ -328,7 +346,10 @@ impl Nemesis {
                         Err(e) => errors.push(e.to_string()),
                     }
                 }
-                (Active::Killed(done.clone()), json!({"killed": done, "errors": errors}))
+                (
+                    Active::Killed(done.clone()),
+                    json!({"killed": done, "errors": errors}),
+                )
             }
             Fault::Pause { target } => {
                 let nodes = self.resolve(target).await;
@@ -447,7 +468,11 @@ impl Nemesis {
                 vec![vec![one], members]
             }
             PartitionShape::IsolateLeader => {
-                let leader = self.db.leader().await.unwrap_or_else(|| members.first().copied().unwrap_or_default());
+                let leader = self
+                    .db
+                    .leader()
+                    .await
+                    .unwrap_or_else(|| members.first().copied().unwrap_or_default());
                 let rest: Vec<u64> = members.into_iter().filter(|&m| m != leader).collect();
                 vec![vec![leader], rest]
             }
@@ -471,8 +496,14 @@ impl Nemesis {
     /// as learner and promotes it.
     async fn replace_a_member(&mut self) -> Value {
         let victims = self.resolve(&Target::Follower).await;
-        let Some(&old) = victims.first() else { return json!({"error": "no follower to replace"}) };
-        let client = match ftkv_client::Client::builder().endpoints(self.db.endpoints()).build().await {
+        let Some(&old) = victims.first() else {
+            return json!({"error": "no follower to replace"});
+        };
+        let client = match ftkv_client::Client::builder()
+            .endpoints(self.db.endpoints())
+            .build()
+            .await
+        {
             Ok(c) => c,
             Err(e) => return json!({"error": format!("client: {e}")}),
         };
@@ -511,29 +542,40 @@ pub fn newest_segment(data_dir: &Path) -> Result<PathBuf, String> {
         .filter(|p| p.extension().is_some_and(|x| x == "seg"))
         .collect();
     segs.sort();
-    segs.pop().ok_or_else(|| format!("no segment in {}", dir.display()))
+    segs.pop()
+        .ok_or_else(|| format!("no segment in {}", dir.display()))
 }
 
 /// Corrupts the newest log segment of a stopped node; returns what was done.
 pub fn corrupt_newest_segment(data_dir: &Path, mode: DiskMode, rng: &mut StdRng) -> Result<String, String> {
     let path = newest_segment(data_dir)?;
-    let mut file =
-        std::fs::OpenOptions::new().read(true).write(true).open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     let len = file.metadata().map_err(|e| e.to_string())?.len();
     if len == 0 {
         return Err(format!("{} is empty", path.display()));
     }
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     match mode {
         DiskMode::Truncate => {
             let cut = rng.gen_range(1..=4096u64).min(len);
             file.set_len(len - cut).map_err(|e| e.to_string())?;
-            Ok(format!("truncated {name} by {cut} bytes ({len} -> {})", len - cut))
+            Ok(format!(
+                "truncated {name} by {cut} bytes ({len} -> {})",
+                len - cut
+            ))
         }
         DiskMode::ZeroPage => {
             let start = len.saturating_sub(4096);
             file.seek(SeekFrom::Start(start)).map_err(|e| e.to_string())?;
-            file.write_all(&vec![0u8; (len - start) as usize]).map_err(|e| e.to_string())?;
+            file.write_all(&vec![0u8; (len - start) as usize])
+                .map_err(|e| e.to_string())?;
             file.sync_all().map_err(|e| e.to_string())?;
             Ok(format!("zeroed {name} bytes {start}..{len}"))
         }
@@ -553,7 +595,10 @@ pub fn corrupt_newest_segment(data_dir: &Path, mode: DiskMode, rng: &mut StdRng)
             file.seek(SeekFrom::Start(start)).map_err(|e| e.to_string())?;
             file.write_all(&buf).map_err(|e| e.to_string())?;
             file.sync_all().map_err(|e| e.to_string())?;
-            Ok(format!("flipped {flips} bit(s) in {name} block {block} (bytes {start}..{})", start + size as u64))
+            Ok(format!(
+                "flipped {flips} bit(s) in {name} block {block} (bytes {start}..{})",
+                start + size as u64
+            ))
         }
     }
 }
@@ -606,7 +651,9 @@ mod tests {
         std::fs::write(&new, vec![7u8; 10_000]).unwrap();
         corrupt_newest_segment(dir.path(), DiskMode::ZeroPage, &mut rng).unwrap();
         let bytes = std::fs::read(&new).unwrap();
-        assert!(bytes[10_000 - 4096..].iter().all(|&b| b == 0) && bytes[..10_000 - 4096].iter().all(|&b| b == 7));
+        assert!(
+            bytes[10_000 - 4096..].iter().all(|&b| b == 0) && bytes[..10_000 - 4096].iter().all(|&b| b == 7)
+        );
         std::fs::write(&new, vec![7u8; 10_000]).unwrap();
         corrupt_newest_segment(dir.path(), DiskMode::Bitflip, &mut rng).unwrap();
         let bytes = std::fs::read(&new).unwrap();

@@ -56,11 +56,17 @@ pub fn run_cmd(program: &str, args: &[&str]) -> Result<String, NetnsError> {
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| NetnsError::Command { command: line.clone(), stderr: e.to_string() })?;
+        .map_err(|e| NetnsError::Command {
+            command: line.clone(),
+            stderr: e.to_string(),
+        })?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
-        Err(NetnsError::Command { command: line, stderr: String::from_utf8_lossy(&out.stderr).trim().to_string() })
+        Err(NetnsError::Command {
+            command: line,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
     }
 }
 
@@ -77,7 +83,9 @@ pub fn available() -> Result<(), String> {
             .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
             .unwrap_or(false);
         if !found {
-            return Err(format!("`{tool}` not found (apt-get install -y iproute2 iptables)"));
+            return Err(format!(
+                "`{tool}` not found (apt-get install -y iproute2 iptables)"
+            ));
         }
     }
     Ok(())
@@ -97,7 +105,10 @@ pub fn cleanup_leftovers() -> Vec<String> {
     if let Ok(list) = run_cmd("ip", &["-o", "link", "show", "type", "bridge"]) {
         for name in list.lines().filter_map(|l| l.split(':').nth(1)).map(str::trim) {
             if name.starts_with("fj") && run_cmd("ip", &["link", "del", name]).is_ok() {
-                let _ = run_cmd("iptables", &["-D", "FORWARD", "-i", name, "-o", name, "-j", "ACCEPT"]);
+                let _ = run_cmd(
+                    "iptables",
+                    &["-D", "FORWARD", "-i", name, "-o", name, "-j", "ACCEPT"],
+                );
                 removed.push(name.to_string());
             }
         }
@@ -136,7 +147,12 @@ impl NetnsCluster {
     /// Creates the bridge and `count` namespaces (ids 1..=count) and starts every node with
     /// `extra_args` appended. Node folders go under `dir`. On any error what was created is
     /// removed again.
-    pub fn start(count: u64, dir: &Path, node_bin: &Path, extra_args: Vec<String>) -> Result<Self, NetnsError> {
+    pub fn start(
+        count: u64,
+        dir: &Path,
+        node_bin: &Path,
+        extra_args: Vec<String>,
+    ) -> Result<Self, NetnsError> {
         let pid = std::process::id();
         let tag = format!("fj{:04x}", pid & 0xffff);
         let subnet = (20 + pid % 200) as u8;
@@ -168,7 +184,16 @@ impl NetnsCluster {
     fn create_bridge(&self) -> Result<(), NetnsError> {
         let br = self.bridge.as_str();
         run_cmd("ip", &["link", "add", br, "type", "bridge"])?;
-        run_cmd("ip", &["addr", "add", &format!("10.213.{}.254/24", self.subnet), "dev", br])?;
+        run_cmd(
+            "ip",
+            &[
+                "addr",
+                "add",
+                &format!("10.213.{}.254/24", self.subnet),
+                "dev",
+                br,
+            ],
+        )?;
         run_cmd("ip", &["link", "set", br, "up"])?;
         // With br_netfilter loaded (Docker does that) bridged frames traverse the root FORWARD
         // chain, whose policy Docker sets to DROP: let our bridge's own traffic through.
@@ -182,8 +207,10 @@ impl NetnsCluster {
         let host_veth = format!("{}v{id}", self.tag);
         let addr = format!("10.213.{}.{id}", self.subnet);
         let node_dir = self.dir.join(format!("n{id}"));
-        std::fs::create_dir_all(&node_dir)
-            .map_err(|source| NetnsError::Io { context: format!("creating {}", node_dir.display()), source })?;
+        std::fs::create_dir_all(&node_dir).map_err(|source| NetnsError::Io {
+            context: format!("creating {}", node_dir.display()),
+            source,
+        })?;
         {
             let mut nodes = self.lock();
             nodes.insert(
@@ -200,10 +227,28 @@ impl NetnsCluster {
             );
         }
         run_cmd("ip", &["netns", "add", &ns])?;
-        run_cmd("ip", &["link", "add", &host_veth, "type", "veth", "peer", "name", "eth0", "netns", &ns])?;
+        run_cmd(
+            "ip",
+            &[
+                "link", "add", &host_veth, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+            ],
+        )?;
         run_cmd("ip", &["link", "set", &host_veth, "master", &self.bridge])?;
         run_cmd("ip", &["link", "set", &host_veth, "up"])?;
-        run_cmd("ip", &["netns", "exec", &ns, "ip", "addr", "add", &format!("{addr}/24"), "dev", "eth0"])?;
+        run_cmd(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &ns,
+                "ip",
+                "addr",
+                "add",
+                &format!("{addr}/24"),
+                "dev",
+                "eth0",
+            ],
+        )?;
         run_cmd("ip", &["netns", "exec", &ns, "ip", "link", "set", "eth0", "up"])?;
         run_cmd("ip", &["netns", "exec", &ns, "ip", "link", "set", "lo", "up"])?;
         Ok(())
@@ -220,22 +265,34 @@ impl NetnsCluster {
 
     /// Client endpoint `addr:port` of node `id`.
     pub fn endpoint(&self, id: u64) -> Result<String, NetnsError> {
-        self.lock().get(&id).map(|n| format!("{}:{CLIENT_PORT}", n.addr)).ok_or(NetnsError::UnknownNode(id))
+        self.lock()
+            .get(&id)
+            .map(|n| format!("{}:{CLIENT_PORT}", n.addr))
+            .ok_or(NetnsError::UnknownNode(id))
     }
 
     /// Peer endpoint `addr:port` of node `id`.
     pub fn peer_endpoint(&self, id: u64) -> Result<String, NetnsError> {
-        self.lock().get(&id).map(|n| format!("{}:{PEER_PORT}", n.addr)).ok_or(NetnsError::UnknownNode(id))
+        self.lock()
+            .get(&id)
+            .map(|n| format!("{}:{PEER_PORT}", n.addr))
+            .ok_or(NetnsError::UnknownNode(id))
     }
 
     /// Data dir of node `id`.
     pub fn data_dir(&self, id: u64) -> Result<PathBuf, NetnsError> {
-        self.lock().get(&id).map(|n| n.data_dir.clone()).ok_or(NetnsError::UnknownNode(id))
+        self.lock()
+            .get(&id)
+            .map(|n| n.data_dir.clone())
+            .ok_or(NetnsError::UnknownNode(id))
     }
 
     /// Log file of node `id` (every start appended).
     pub fn log_path(&self, id: u64) -> Result<PathBuf, NetnsError> {
-        self.lock().get(&id).map(|n| n.log_path.clone()).ok_or(NetnsError::UnknownNode(id))
+        self.lock()
+            .get(&id)
+            .map(|n| n.log_path.clone())
+            .ok_or(NetnsError::UnknownNode(id))
     }
 
     /// Starts node `id` (again) inside its namespace.
@@ -244,7 +301,10 @@ impl NetnsCluster {
         let node = nodes.get_mut(&id).ok_or(NetnsError::UnknownNode(id))?;
         if let Some(child) = node.child.as_mut() {
             if matches!(child.try_wait(), Ok(None)) {
-                return Err(NetnsError::State { id, message: "already running".into() });
+                return Err(NetnsError::State {
+                    id,
+                    message: "already running".into(),
+                });
             }
         }
         let initial_cluster = if node.initial_state == "new" {
@@ -284,7 +344,11 @@ impl NetnsCluster {
             .append(true)
             .open(&node.log_path)
             .map_err(io(format!("opening {}", node.log_path.display())))?;
-        let _ = writeln!(log, "===== ftkv-jepsen netns: start of node {id}: ip {} =====", args.join(" "));
+        let _ = writeln!(
+            log,
+            "===== ftkv-jepsen netns: start of node {id}: ip {} =====",
+            args.join(" ")
+        );
         let err = log.try_clone().map_err(io("cloning log handle".into()))?;
         let mut command = Command::new("ip");
         command.args(&args).stdin(Stdio::null()).stdout(log).stderr(err);
@@ -298,9 +362,14 @@ impl NetnsCluster {
     fn signal(&self, id: u64, signal: libc::c_int) -> Result<(), NetnsError> {
         let mut nodes = self.lock();
         let node = nodes.get_mut(&id).ok_or(NetnsError::UnknownNode(id))?;
-        let child = node.child.as_mut().ok_or(NetnsError::State { id, message: "not running".into() })?;
-        send_signal(child.id(), signal)
-            .map_err(|source| NetnsError::Io { context: format!("signal {signal} to node {id}"), source })?;
+        let child = node.child.as_mut().ok_or(NetnsError::State {
+            id,
+            message: "not running".into(),
+        })?;
+        send_signal(child.id(), signal).map_err(|source| NetnsError::Io {
+            context: format!("signal {signal} to node {id}"),
+            source,
+        })?;
         if signal == libc::SIGKILL {
             let _ = child.wait();
             node.child = None;
@@ -327,7 +396,10 @@ impl NetnsCluster {
     /// Whether node `id`'s process is alive.
     pub fn is_running(&self, id: u64) -> bool {
         let mut nodes = self.lock();
-        nodes.get_mut(&id).and_then(|n| n.child.as_mut()).is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        nodes
+            .get_mut(&id)
+            .and_then(|n| n.child.as_mut())
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     /// Cuts the network so that two nodes talk only when some group holds both (groups may
@@ -335,16 +407,29 @@ impl NetnsCluster {
     /// addresses of every node it shares no group with. Heals first.
     pub fn partition(&self, groups: &[Vec<u64>]) -> Result<(), NetnsError> {
         self.heal()?;
-        let nodes: Vec<(u64, String, String)> =
-            self.lock().iter().map(|(id, n)| (*id, n.ns.clone(), n.addr.clone())).collect();
+        let nodes: Vec<(u64, String, String)> = self
+            .lock()
+            .iter()
+            .map(|(id, n)| (*id, n.ns.clone(), n.addr.clone()))
+            .collect();
         let connected = |a: u64, b: u64| groups.iter().any(|g| g.contains(&a) && g.contains(&b));
         for (a, ns, _) in &nodes {
             for (b, _, addr_b) in &nodes {
                 if a == b || connected(*a, *b) {
                     continue;
                 }
-                run_cmd("ip", &["netns", "exec", ns, "iptables", "-A", "INPUT", "-s", addr_b, "-j", "DROP"])?;
-                run_cmd("ip", &["netns", "exec", ns, "iptables", "-A", "OUTPUT", "-d", addr_b, "-j", "DROP"])?;
+                run_cmd(
+                    "ip",
+                    &[
+                        "netns", "exec", ns, "iptables", "-A", "INPUT", "-s", addr_b, "-j", "DROP",
+                    ],
+                )?;
+                run_cmd(
+                    "ip",
+                    &[
+                        "netns", "exec", ns, "iptables", "-A", "OUTPUT", "-d", addr_b, "-j", "DROP",
+                    ],
+                )?;
             }
         }
         Ok(())
@@ -363,12 +448,17 @@ impl NetnsCluster {
     /// Deletes node `id`'s data dir (it must be stopped).
     pub fn wipe(&self, id: u64) -> Result<(), NetnsError> {
         if self.is_running(id) {
-            return Err(NetnsError::State { id, message: "running".into() });
+            return Err(NetnsError::State {
+                id,
+                message: "running".into(),
+            });
         }
         let dir = self.data_dir(id)?;
         if dir.exists() {
-            std::fs::remove_dir_all(&dir)
-                .map_err(|source| NetnsError::Io { context: format!("wiping {}", dir.display()), source })?;
+            std::fs::remove_dir_all(&dir).map_err(|source| NetnsError::Io {
+                context: format!("wiping {}", dir.display()),
+                source,
+            })?;
         }
         Ok(())
     }
@@ -376,7 +466,10 @@ impl NetnsCluster {
     /// Creates a namespace for a new node `id` and starts it with `--initial-cluster-state existing`.
     pub fn add_node(&self, id: u64) -> Result<(), NetnsError> {
         if self.lock().contains_key(&id) {
-            return Err(NetnsError::State { id, message: "exists".into() });
+            return Err(NetnsError::State {
+                id,
+                message: "exists".into(),
+            });
         }
         self.create_node(id, "existing")?;
         self.restart(id)
@@ -399,7 +492,19 @@ impl NetnsCluster {
             let _ = run_cmd("ip", &["netns", "del", &node.ns]);
             let _ = run_cmd("ip", &["link", "del", &node.host_veth]);
         }
-        let _ = run_cmd("iptables", &["-D", "FORWARD", "-i", &self.bridge, "-o", &self.bridge, "-j", "ACCEPT"]);
+        let _ = run_cmd(
+            "iptables",
+            &[
+                "-D",
+                "FORWARD",
+                "-i",
+                &self.bridge,
+                "-o",
+                &self.bridge,
+                "-j",
+                "ACCEPT",
+            ],
+        );
         let _ = run_cmd("ip", &["link", "del", &self.bridge]);
     }
 }

@@ -33,13 +33,21 @@ pub fn nemesis_bands(history: &History) -> Vec<Band> {
         } else if let Some(kind) = op.f.strip_prefix("stop-") {
             if op.op_type != OpType::Invoke {
                 if let Some(start) = open.remove(kind) {
-                    bands.push(Band { start_ns: start, end_ns: op.time_ns, label: kind.to_string() });
+                    bands.push(Band {
+                        start_ns: start,
+                        end_ns: op.time_ns,
+                        label: kind.to_string(),
+                    });
                 }
             }
         }
     }
     for (label, start) in open {
-        bands.push(Band { start_ns: start, end_ns: end, label });
+        bands.push(Band {
+            start_ns: start,
+            end_ns: end,
+            label,
+        });
     }
     bands.sort_by_key(|b| b.start_ns);
     bands
@@ -65,7 +73,10 @@ fn band_color(label: &str) -> &'static str {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// Renders `timeline.html` (self-contained, no scripts needed). `title` heads the page.
@@ -115,11 +126,19 @@ pub fn timeline_html(history: &History, title: &str) -> String {
     }
     let mut s = 0u64;
     while s * 1_000_000_000 <= end_ns {
-        let _ = write!(h, "<div class=\"tick\" style=\"top:{}px\">{s}s</div>", 20.0 + s as f64 * 1000.0 * px_per_ms);
+        let _ = write!(
+            h,
+            "<div class=\"tick\" style=\"top:{}px\">{s}s</div>",
+            20.0 + s as f64 * 1000.0 * px_per_ms
+        );
         s += 1;
     }
     for (p, i) in &col {
-        let _ = write!(h, "<div class=\"hdr\" style=\"left:{}px\">p{p}</div>", 40 + i * col_w);
+        let _ = write!(
+            h,
+            "<div class=\"hdr\" style=\"left:{}px\">p{p}</div>",
+            40 + i * col_w
+        );
     }
     for pair in &pairs {
         let inv = &history.ops[pair.invoke];
@@ -140,7 +159,9 @@ pub fn timeline_html(history: &History, title: &str) -> String {
             serde_json::to_string(&outcome).unwrap_or_default(),
             (end - inv.time_ns) as f64 / 1e6,
             done.map(|d| d.value.to_string()).unwrap_or_default(),
-            done.and_then(|d| d.error.clone()).map(|e| format!("\nerror: {e}")).unwrap_or_default()
+            done.and_then(|d| d.error.clone())
+                .map(|e| format!("\nerror: {e}"))
+                .unwrap_or_default()
         );
         let _ = write!(
             h,
@@ -203,14 +224,21 @@ fn svg_frame(title: &str, y_label: &str, end_s: f64, bands: &[Band]) -> String {
     let mut t = 0.0;
     while t <= end_s {
         let x = MARGIN_L + t / end_s * PLOT_W;
-        let _ = write!(s, "<text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{t}</text>", 20.0 + PLOT_H + 14.0);
+        let _ = write!(
+            s,
+            "<text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{t}</text>",
+            20.0 + PLOT_H + 14.0
+        );
         t += step;
     }
     s
 }
 
 fn legend(s: &mut String) {
-    for (i, (name, t)) in [("ok", OpType::Ok), ("fail", OpType::Fail), ("info", OpType::Info)].iter().enumerate() {
+    for (i, (name, t)) in [("ok", OpType::Ok), ("fail", OpType::Fail), ("info", OpType::Info)]
+        .iter()
+        .enumerate()
+    {
         let x = MARGIN_L + PLOT_W - 180.0 + i as f64 * 60.0;
         let _ = write!(
             s,
@@ -233,7 +261,11 @@ pub fn latency_svg(history: &History, title: &str) -> String {
             let c = p.complete?;
             let inv = &history.ops[p.invoke];
             let done = &history.ops[c];
-            Some((inv.time_ns as f64 / 1e9, (done.time_ns - inv.time_ns) as f64 / 1e6, done.op_type))
+            Some((
+                inv.time_ns as f64 / 1e9,
+                (done.time_ns - inv.time_ns) as f64 / 1e6,
+                done.op_type,
+            ))
         })
         .collect();
     let max_ms = points.iter().map(|p| p.1).fold(1.0f64, f64::max);
@@ -281,7 +313,13 @@ pub fn throughput_svg(history: &History, title: &str) -> String {
         let b = ((op.time_ns as f64 / 1e9) as usize).min(buckets - 1);
         counts.entry(key).or_insert_with(|| vec![0; buckets])[b] += 1;
     }
-    let max = counts.values().flat_map(|v| v.iter()).copied().max().unwrap_or(1).max(1) as f64;
+    let max = counts
+        .values()
+        .flat_map(|v| v.iter())
+        .copied()
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
     let bands = nemesis_bands(history);
     let mut s = svg_frame(title, "ops/s", end_s, &bands);
     for frac in [0.0, 0.25, 0.5, 0.75, 1.0] {
@@ -307,7 +345,12 @@ pub fn throughput_svg(history: &History, title: &str) -> String {
                 )
             })
             .collect();
-        let _ = write!(s, "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" points=\"{}\"/>", color(ty), pts.join(" "));
+        let _ = write!(
+            s,
+            "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" points=\"{}\"/>",
+            color(ty),
+            pts.join(" ")
+        );
     }
     legend(&mut s);
     s.push_str("</svg>\n");
@@ -328,20 +371,51 @@ mod tests {
             h.push(op);
         };
         push(invoke(0, "put", Some(json!(1)), json!(5)), 1_000_000);
-        push(Op::new(Process::Nemesis, OpType::Invoke, "start-kill", None, Value::Null), 2_000_000);
-        push(Op::new(Process::Nemesis, OpType::Info, "start-kill", None, json!({"killed": [1]})), 3_000_000);
-        push(done(0, OpType::Info, "put", Some(json!(1)), json!(5)).with_error("timeout <x>"), 900_000_000);
+        push(
+            Op::new(Process::Nemesis, OpType::Invoke, "start-kill", None, Value::Null),
+            2_000_000,
+        );
+        push(
+            Op::new(
+                Process::Nemesis,
+                OpType::Info,
+                "start-kill",
+                None,
+                json!({"killed": [1]}),
+            ),
+            3_000_000,
+        );
+        push(
+            done(0, OpType::Info, "put", Some(json!(1)), json!(5)).with_error("timeout <x>"),
+            900_000_000,
+        );
         push(invoke(1, "get", Some(json!(1)), Value::Null), 1_000_000_000);
-        push(done(1, OpType::Ok, "get", Some(json!(1)), json!(5)), 1_100_000_000);
-        push(Op::new(Process::Nemesis, OpType::Invoke, "stop-kill", None, Value::Null), 1_500_000_000);
-        push(Op::new(Process::Nemesis, OpType::Info, "stop-kill", None, Value::Null), 1_600_000_000);
+        push(
+            done(1, OpType::Ok, "get", Some(json!(1)), json!(5)),
+            1_100_000_000,
+        );
+        push(
+            Op::new(Process::Nemesis, OpType::Invoke, "stop-kill", None, Value::Null),
+            1_500_000_000,
+        );
+        push(
+            Op::new(Process::Nemesis, OpType::Info, "stop-kill", None, Value::Null),
+            1_600_000_000,
+        );
         h
     }
 
     #[test]
     fn bands_pair_start_and_stop() {
         let b = nemesis_bands(&sample());
-        assert_eq!(b, vec![Band { start_ns: 2_000_000, end_ns: 1_600_000_000, label: "kill".into() }]);
+        assert_eq!(
+            b,
+            vec![Band {
+                start_ns: 2_000_000,
+                end_ns: 1_600_000_000,
+                label: "kill".into()
+            }]
+        );
     }
 
     #[test]

@@ -153,7 +153,10 @@ impl TestOutcome {
 
 /// `YYYYMMDDTHHMMSS` (UTC) of now, for report folder names.
 pub fn timestamp() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     // civil from days (Howard Hinnant's algorithm)
@@ -166,16 +169,33 @@ pub fn timestamp() -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 fn report_error(path: &Path) -> impl FnOnce(std::io::Error) -> HarnessError + '_ {
-    move |source| HarnessError::Report { path: path.to_path_buf(), source }
+    move |source| HarnessError::Report {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// Creates `store/<name>/<time>/` and points `store/latest` at it.
 fn make_run_dir(store: &Path, name: &str) -> Result<PathBuf, HarnessError> {
-    let safe: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || "-_,.".contains(c) { c } else { '_' }).collect();
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_,.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
     let mut dir = store.join(&safe).join(timestamp());
     let mut n = 1;
     while dir.exists() {
@@ -192,7 +212,11 @@ fn make_run_dir(store: &Path, name: &str) -> Result<PathBuf, HarnessError> {
 }
 
 /// Builds a client whose first endpoint is `first` (workers spread over nodes that way).
-async fn client_for(endpoints: &[String], first: usize, op_timeout: Duration) -> Result<ftkv_client::Client, String> {
+async fn client_for(
+    endpoints: &[String],
+    first: usize,
+    op_timeout: Duration,
+) -> Result<ftkv_client::Client, String> {
     let mut eps = endpoints.to_vec();
     if !eps.is_empty() {
         let n = eps.len();
@@ -202,7 +226,10 @@ async fn client_for(endpoints: &[String], first: usize, op_timeout: Duration) ->
         .endpoints(eps)
         .connect_timeout(Duration::from_secs(2))
         .request_timeout(op_timeout.min(Duration::from_secs(5)))
-        .retry(ftkv_client::RetryPolicy { deadline: op_timeout, ..Default::default() })
+        .retry(ftkv_client::RetryPolicy {
+            deadline: op_timeout,
+            ..Default::default()
+        })
         .build()
         .await
         .map_err(|e| e.to_string())
@@ -217,7 +244,13 @@ pub async fn run_op(
     op: &workload::PlannedOp,
     timeout: Duration,
 ) -> OpType {
-    recorder.record(Op::new(process, OpType::Invoke, &op.f, op.key.clone(), op.value.clone()));
+    recorder.record(Op::new(
+        process,
+        OpType::Invoke,
+        &op.f,
+        op.key.clone(),
+        op.value.clone(),
+    ));
     let c = workload::execute(kind, client, op, timeout).await;
     let mut done = Op::new(process, c.op_type, &op.f, op.key.clone(), c.value);
     done.error = c.error;
@@ -227,18 +260,33 @@ pub async fn run_op(
 
 /// Runs the test described by `options`. `interrupted` is polled: when set (Ctrl-C) the run
 /// stops, tears down and returns [`HarnessError::Interrupted`].
-pub async fn run_test(options: &TestOptions, interrupted: Arc<AtomicBool>) -> Result<TestOutcome, HarnessError> {
+pub async fn run_test(
+    options: &TestOptions,
+    interrupted: Arc<AtomicBool>,
+) -> Result<TestOutcome, HarnessError> {
     let dir = make_run_dir(&options.store, &options.name)?;
-    println!("ftkv-jepsen: test {} seed {} -> {}", options.name, options.seed, dir.display());
-    std::fs::write(dir.join("options.json"), serde_json::to_vec_pretty(options).unwrap_or_default())
-        .map_err(report_error(&dir))?;
+    println!(
+        "ftkv-jepsen: test {} seed {} -> {}",
+        options.name,
+        options.seed,
+        dir.display()
+    );
+    std::fs::write(
+        dir.join("options.json"),
+        serde_json::to_vec_pretty(options).unwrap_or_default(),
+    )
+    .map_err(report_error(&dir))?;
     let db_options = DbOptions {
         substrate: options.substrate,
         nodes: options.nodes,
         node_args: options.node_args.clone(),
         dir: dir.join("nodes"),
     };
-    let db = Arc::new(Db::start(&db_options, Duration::from_secs(60)).await.map_err(|e| HarnessError::Setup(e.to_string()))?);
+    let db = Arc::new(
+        Db::start(&db_options, Duration::from_secs(60))
+            .await
+            .map_err(|e| HarnessError::Setup(e.to_string()))?,
+    );
     let result = run_with_db(options, &db, &dir, interrupted).await;
     db.copy_logs(&dir);
     db.teardown();
@@ -256,7 +304,9 @@ async fn run_with_db(
     let endpoints = db.endpoints();
     let kind = options.workload;
     if kind == WorkloadKind::Bank {
-        let client = client_for(&endpoints, 0, op_timeout).await.map_err(HarnessError::Setup)?;
+        let client = client_for(&endpoints, 0, op_timeout)
+            .await
+            .map_err(HarnessError::Setup)?;
         workload::bank_setup(&client, &options.workload_options, Duration::from_secs(30))
             .await
             .map_err(HarnessError::Setup)?;
@@ -271,27 +321,49 @@ async fn run_with_db(
 
     // Workers.
     let mut workers = tokio::task::JoinSet::new();
-    let concurrency = if options.rate > 0.0 { options.concurrency.max(1) } else { 0 };
+    let concurrency = if options.rate > 0.0 {
+        options.concurrency.max(1)
+    } else {
+        0
+    };
     for w in 0..concurrency {
-        let (recorder, generator, stop, interrupted, db) =
-            (recorder.clone(), generator.clone(), stop.clone(), interrupted.clone(), db.clone());
+        let (recorder, generator, stop, interrupted, db) = (
+            recorder.clone(),
+            generator.clone(),
+            stop.clone(),
+            interrupted.clone(),
+            db.clone(),
+        );
         let interval_s = concurrency as f64 / options.rate.max(0.001);
         let seed = options.seed.wrapping_add(1000 + w as u64);
         workers.spawn(async move {
             let mut jitter = StdRng::seed_from_u64(seed);
-            // Each worker is bound to one node (Jepsen binds clients to nodes): reads then reach
-            // followers too, which must redirect or run ReadIndex, never answer from local state.
+            // Each worker is bound to one node (Jepsen binds clients to nodes), with a second
+            // client for reads only: a write's NOT_LEADER redirect makes a client prefer the
+            // leader, while the read client keeps asking its own node, which must redirect (or
+            // run ReadIndex), never answer from local state.
             let mut pinned = String::new();
             let mut client = None;
+            let mut read_client = None;
             let mut process = recorder.new_process();
-            while !stop.load(Ordering::Relaxed) && !interrupted.load(Ordering::Relaxed) && Instant::now() < deadline {
+            while !stop.load(Ordering::Relaxed)
+                && !interrupted.load(Ordering::Relaxed)
+                && Instant::now() < deadline
+            {
                 let endpoints = db.endpoints();
                 if client.is_none() || !endpoints.contains(&pinned) {
-                    let Some(ep) = endpoints.get(w % endpoints.len().max(1)).cloned() else { return };
+                    let Some(ep) = endpoints.get(w % endpoints.len().max(1)).cloned() else {
+                        return;
+                    };
                     pinned = ep;
-                    client = client_for(std::slice::from_ref(&pinned), 0, op_timeout).await.ok();
+                    client = client_for(std::slice::from_ref(&pinned), 0, op_timeout)
+                        .await
+                        .ok();
+                    read_client = client_for(std::slice::from_ref(&pinned), 0, op_timeout)
+                        .await
+                        .ok();
                 }
-                let Some(client) = client.as_ref() else {
+                let (Some(client), Some(read_client)) = (client.as_ref(), read_client.as_ref()) else {
                     tokio::time::sleep(Duration::from_millis(500)).await;
                     continue;
                 };
@@ -300,7 +372,8 @@ async fn run_with_db(
                     let (wl, rng) = &mut *g;
                     wl.next_op(rng)
                 };
-                if run_op(&recorder, kind, client, process, &op, op_timeout).await == OpType::Info {
+                let c = if op.is_read() { read_client } else { client };
+                if run_op(&recorder, kind, c, process, &op, op_timeout).await == OpType::Info {
                     process = recorder.new_process();
                 }
                 let pause = interval_s * jitter.gen_range(0.5..1.5);
@@ -316,10 +389,18 @@ async fn run_with_db(
         .filter_map(|k| k.unsupported_reason(db.substrate()).map(|r| (*k, r)))
         .collect();
     let mut nemesis_rng = StdRng::seed_from_u64(options.seed ^ 0x9e37_79b9_7f4a_7c15);
-    let supported: Vec<NemesisKind> =
-        options.nemeses.iter().copied().filter(|k| !unsupported.iter().any(|(u, _)| u == k)).collect();
+    let supported: Vec<NemesisKind> = options
+        .nemeses
+        .iter()
+        .copied()
+        .filter(|k| !unsupported.iter().any(|(u, _)| u == k))
+        .collect();
     let plan = nemesis::schedule(&supported, options.time_limit_ms, &mut nemesis_rng);
-    let nemesis = Arc::new(AsyncMutex::new(Nemesis::new(db.clone(), recorder.clone(), nemesis_rng)));
+    let nemesis = Arc::new(AsyncMutex::new(Nemesis::new(
+        db.clone(),
+        recorder.clone(),
+        nemesis_rng,
+    )));
     let script_result: Arc<AsyncMutex<Vec<CheckResult>>> = Arc::new(AsyncMutex::new(Vec::new()));
     let nemesis_task = {
         let (nemesis, interrupted, recorder, db, script, script_result) = (
@@ -333,7 +414,8 @@ async fn run_with_db(
         tokio::spawn(async move {
             match script {
                 Some(steps) => {
-                    let mut ctx = scenario::ScriptContext::new(db, recorder, nemesis, op_timeout, interrupted);
+                    let mut ctx =
+                        scenario::ScriptContext::new(db, recorder, nemesis, op_timeout, interrupted);
                     ctx.run(&steps).await;
                     script_result.lock().await.extend(ctx.unsupported());
                 }
@@ -344,7 +426,8 @@ async fn run_with_db(
                             return;
                         }
                         let active = nemesis.lock().await.start(&p.fault).await;
-                        if !sleep_until(Instant::now() + Duration::from_millis(p.hold_ms), &interrupted).await {
+                        if !sleep_until(Instant::now() + Duration::from_millis(p.hold_ms), &interrupted).await
+                        {
                             nemesis.lock().await.stop(p.fault.kind(), active).await;
                             return;
                         }
@@ -370,7 +453,12 @@ async fn run_with_db(
         if last_print.elapsed() >= Duration::from_secs(5) {
             last_print = Instant::now();
             let h = recorder.snapshot();
-            let count = |t: OpType| h.ops.iter().filter(|o| o.op_type == t && o.process != Process::Nemesis).count();
+            let count = |t: OpType| {
+                h.ops
+                    .iter()
+                    .filter(|o| o.op_type == t && o.process != Process::Nemesis)
+                    .count()
+            };
             println!(
                 "  [{:>4.0}s] ok {} fail {} info {} | nemesis events {}",
                 started.elapsed().as_secs_f64(),
@@ -418,12 +506,21 @@ async fn run_with_db(
     // Checks.
     let mut results = run_checkers(options, &history, &finals);
     for (k, reason) in &unsupported {
-        results.push(CheckResult::new(&format!("nemesis-{}", k.name()), Verdict::Unsupported, reason.clone(), json!({})));
+        results.push(CheckResult::new(
+            &format!("nemesis-{}", k.name()),
+            Verdict::Unsupported,
+            reason.clone(),
+            json!({}),
+        ));
     }
     results.extend(script_result.lock().await.iter().cloned());
     let verdict = results.iter().fold(Verdict::Valid, |v, r| v.merge(r.verdict));
     write_report(options, dir, &history, &results, &finals, verdict)?;
-    Ok(TestOutcome { results, dir: dir.to_path_buf(), verdict })
+    Ok(TestOutcome {
+        results,
+        dir: dir.to_path_buf(),
+        verdict,
+    })
 }
 
 /// Sleeps until `at`; false when interrupted meanwhile.
@@ -432,7 +529,9 @@ async fn sleep_until(at: Instant, interrupted: &AtomicBool) -> bool {
         if interrupted.load(Ordering::Relaxed) {
             return false;
         }
-        let left = at.saturating_duration_since(Instant::now()).min(Duration::from_millis(200));
+        let left = at
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(200));
         tokio::time::sleep(left).await;
     }
     !interrupted.load(Ordering::Relaxed)
@@ -481,7 +580,10 @@ async fn gather_digests(db: &Db, finals: &mut [NodeFinalState]) {
             let ep = db.endpoint(id).unwrap_or_default();
             statuses.push(db::status(&ep, true, Duration::from_secs(10)).await);
         }
-        let applied: Vec<Option<u64>> = statuses.iter().map(|s| s.as_ref().ok().map(|s| s.applied_index)).collect();
+        let applied: Vec<Option<u64>> = statuses
+            .iter()
+            .map(|s| s.as_ref().ok().map(|s| s.applied_index))
+            .collect();
         let settled = applied.iter().all(|a| a.is_some() && *a == applied[0]);
         if settled || started.elapsed() > Duration::from_secs(30) {
             for (st, s) in finals.iter_mut().zip(statuses) {
@@ -514,7 +616,10 @@ pub fn default_checks(kind: WorkloadKind) -> Vec<String> {
 
 /// Runs the selected checkers.
 pub fn run_checkers(options: &TestOptions, history: &History, finals: &[NodeFinalState]) -> Vec<CheckResult> {
-    let checks = options.checks.clone().unwrap_or_else(|| default_checks(options.workload));
+    let checks = options
+        .checks
+        .clone()
+        .unwrap_or_else(|| default_checks(options.workload));
     checks
         .iter()
         .map(|c| match c.as_str() {
@@ -531,7 +636,12 @@ pub fn run_checkers(options: &TestOptions, history: &History, finals: &[NodeFina
             "append" => checker::append::check(history),
             "convergence" => check_convergence(finals),
             "liveness" => check_liveness(finals, LIVENESS_BOUND_MS),
-            other => CheckResult::new(other, Verdict::Unknown, format!("no checker named {other}"), Value::Null),
+            other => CheckResult::new(
+                other,
+                Verdict::Unknown,
+                format!("no checker named {other}"),
+                Value::Null,
+            ),
         })
         .collect()
 }
@@ -539,10 +649,12 @@ pub fn run_checkers(options: &TestOptions, history: &History, finals: &[NodeFina
 fn write_history(dir: &Path, history: &History) -> Result<(), HarnessError> {
     let path = dir.join("history.jsonl");
     let file = std::fs::File::create(&path).map_err(report_error(&path))?;
-    history.write_jsonl(std::io::BufWriter::new(file)).map_err(|e| HarnessError::Report {
-        path: path.clone(),
-        source: std::io::Error::other(e.to_string()),
-    })
+    history
+        .write_jsonl(std::io::BufWriter::new(file))
+        .map_err(|e| HarnessError::Report {
+            path: path.clone(),
+            source: std::io::Error::other(e.to_string()),
+        })
 }
 
 fn write_report(
@@ -566,11 +678,23 @@ fn write_report(
         let p = dir.join(name);
         std::fs::write(&p, bytes).map_err(report_error(&p))
     };
-    write("results.json", serde_json::to_vec_pretty(&results_json).unwrap_or_default())?;
+    write(
+        "results.json",
+        serde_json::to_vec_pretty(&results_json).unwrap_or_default(),
+    )?;
     let title = format!("{} (seed {})", options.name, options.seed);
-    write("timeline.html", report::timeline_html(history, &title).into_bytes())?;
-    write("latency.svg", report::latency_svg(history, &format!("latency: {title}")).into_bytes())?;
-    write("throughput.svg", report::throughput_svg(history, &format!("throughput: {title}")).into_bytes())?;
+    write(
+        "timeline.html",
+        report::timeline_html(history, &title).into_bytes(),
+    )?;
+    write(
+        "latency.svg",
+        report::latency_svg(history, &format!("latency: {title}")).into_bytes(),
+    )?;
+    write(
+        "throughput.svg",
+        report::throughput_svg(history, &format!("throughput: {title}")).into_bytes(),
+    )?;
     Ok(())
 }
 

@@ -271,9 +271,14 @@ fn validate_steps(steps: &[Step]) -> Result<(), String> {
 impl Scenario {
     /// Reads and validates a scenario file.
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ScenarioError::Io { path: path.to_path_buf(), source })?;
-        Scenario::parse(&text).map_err(|message| ScenarioError::Invalid { path: path.to_path_buf(), message })
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Scenario::parse(&text).map_err(|message| ScenarioError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        })
     }
 
     /// Parses and validates scenario text.
@@ -282,7 +287,17 @@ impl Scenario {
         parse_duration(&s.time_limit)?;
         validate_steps(&s.steps)?;
         for c in &s.checks {
-            if !["linearizable", "set", "counter", "bank", "append", "convergence", "liveness"].contains(&c.as_str()) {
+            if ![
+                "linearizable",
+                "set",
+                "counter",
+                "bank",
+                "append",
+                "convergence",
+                "liveness",
+            ]
+            .contains(&c.as_str())
+            {
                 return Err(format!("unknown check {c:?}"));
             }
         }
@@ -295,7 +310,9 @@ impl Scenario {
         let mut o = TestOptions::new(workload);
         o.name = format!("scenario-{}", self.name);
         o.workload_options = self.workload_options.clone().unwrap_or_default();
-        o.time_limit_ms = parse_duration(&self.time_limit).map(|d| d.as_millis() as u64).unwrap_or(10_000);
+        o.time_limit_ms = parse_duration(&self.time_limit)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(10_000);
         o.substrate = substrate.or(self.substrate).unwrap_or(SubstrateKind::Local);
         o.concurrency = self.concurrency.unwrap_or(3);
         o.rate = self.rate.unwrap_or(20.0);
@@ -313,7 +330,10 @@ impl Scenario {
 pub fn scenario_files(path: &Path) -> Result<Vec<PathBuf>, ScenarioError> {
     if path.is_dir() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(|source| ScenarioError::Io { path: path.to_path_buf(), source })?
+            .map_err(|source| ScenarioError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|x| x == "toml"))
             .collect();
@@ -375,11 +395,15 @@ impl ScriptContext {
             None,
             json!(reason),
         ));
-        self.unsupported.push(CheckResult::new(&name, Verdict::Unsupported, reason, Value::Null));
+        self.unsupported
+            .push(CheckResult::new(&name, Verdict::Unsupported, reason, Value::Null));
     }
 
     /// Runs `steps` in order (boxed for recursion through `repeat`).
-    pub fn run<'a>(&'a mut self, steps: &'a [Step]) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+    pub fn run<'a>(
+        &'a mut self,
+        steps: &'a [Step],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
         Box::pin(async move {
             for step in steps {
                 if self.interrupted.load(Ordering::Relaxed) {
@@ -406,14 +430,21 @@ impl ScriptContext {
                 let d = parse_duration(duration).unwrap_or_default();
                 let until = std::time::Instant::now() + d;
                 while std::time::Instant::now() < until && !self.interrupted.load(Ordering::Relaxed) {
-                    tokio::time::sleep(until.saturating_duration_since(std::time::Instant::now()).min(Duration::from_millis(200)))
-                        .await;
+                    tokio::time::sleep(
+                        until
+                            .saturating_duration_since(std::time::Instant::now())
+                            .min(Duration::from_millis(200)),
+                    )
+                    .await;
                 }
             }
             Step::Kill { target } | Step::Disk { target, .. } => {
                 let Ok(t) = target.to_target() else { return };
                 let fault = match step {
-                    Step::Disk { mode, .. } => Fault::Disk { target: t, mode: *mode },
+                    Step::Disk { mode, .. } => Fault::Disk {
+                        target: t,
+                        mode: *mode,
+                    },
                     _ => Fault::Kill { target: t },
                 };
                 if let Active::Killed(nodes) = self.nemesis.lock().await.start(&fault).await {
@@ -431,32 +462,58 @@ impl ScriptContext {
                 for n in &nodes {
                     self.down.remove(n);
                 }
-                self.nemesis.lock().await.stop(NemesisKind::Kill, Active::Killed(nodes)).await;
+                self.nemesis
+                    .lock()
+                    .await
+                    .stop(NemesisKind::Kill, Active::Killed(nodes))
+                    .await;
             }
             Step::Pause { target } => {
                 let Ok(t) = target.to_target() else { return };
-                if let Active::Paused(nodes) = self.nemesis.lock().await.start(&Fault::Pause { target: t }).await {
+                if let Active::Paused(nodes) =
+                    self.nemesis.lock().await.start(&Fault::Pause { target: t }).await
+                {
                     self.paused.extend(nodes);
                 }
             }
             Step::Resume { target } => {
                 let wanted = self.resolve(target).await;
-                let nodes: Vec<u64> = self.paused.iter().copied().filter(|n| wanted.contains(n) || wanted.is_empty()).collect();
+                let nodes: Vec<u64> = self
+                    .paused
+                    .iter()
+                    .copied()
+                    .filter(|n| wanted.contains(n) || wanted.is_empty())
+                    .collect();
                 for n in &nodes {
                     self.paused.remove(n);
                 }
-                self.nemesis.lock().await.stop(NemesisKind::Pause, Active::Paused(nodes)).await;
+                self.nemesis
+                    .lock()
+                    .await
+                    .stop(NemesisKind::Pause, Active::Paused(nodes))
+                    .await;
             }
             Step::Partition { shape } => {
                 if let Some(_reason) = NemesisKind::Partition.unsupported_reason(self.db.substrate()) {
                     self.note_unsupported(NemesisKind::Partition);
                     return;
                 }
-                self.nemesis.lock().await.start(&Fault::Partition { shape: *shape }).await;
+                self.nemesis
+                    .lock()
+                    .await
+                    .start(&Fault::Partition { shape: *shape })
+                    .await;
             }
             Step::Heal => {
-                if NemesisKind::Partition.unsupported_reason(self.db.substrate()).is_none() {
-                    self.nemesis.lock().await.stop(NemesisKind::Partition, Active::Partitioned).await;
+                if NemesisKind::Partition
+                    .unsupported_reason(self.db.substrate())
+                    .is_none()
+                {
+                    self.nemesis
+                        .lock()
+                        .await
+                        .stop(NemesisKind::Partition, Active::Partitioned)
+                        .await;
                 }
             }
             Step::Membership => {
@@ -465,14 +522,22 @@ impl ScriptContext {
             Step::LoseUnsynced { .. } => self.note_unsupported(NemesisKind::LoseUnsynced),
             Step::Clock { .. } => self.note_unsupported(NemesisKind::Clock),
             Step::Put { key, value, node } => {
-                let op = PlannedOp { f: "put".into(), key: Some(json!(format!("s-{key}"))), value: json!(value) };
+                let op = PlannedOp {
+                    f: "put".into(),
+                    key: Some(json!(format!("s-{key}"))),
+                    value: json!(value),
+                };
                 let targets = self.op_targets(node).await;
                 for ep in targets.into_iter().take(1) {
                     self.scripted_op(&op, ep).await;
                 }
             }
             Step::Get { key, node } => {
-                let op = PlannedOp { f: "get".into(), key: Some(json!(format!("s-{key}"))), value: Value::Null };
+                let op = PlannedOp {
+                    f: "get".into(),
+                    key: Some(json!(format!("s-{key}"))),
+                    value: Value::Null,
+                };
                 let all = matches!(node, Some(TargetSpec::Name(n)) if n == "all");
                 let targets = self.op_targets(node).await;
                 let n = if all { targets.len() } else { 1 };
@@ -499,12 +564,20 @@ impl ScriptContext {
                 let ids = match spec.to_target() {
                     Ok(Target::Random) | Ok(Target::Follower) => {
                         let leader = self.db.leader().await;
-                        let f: Vec<u64> = self.db.members().into_iter().filter(|m| Some(*m) != leader).collect();
+                        let f: Vec<u64> = self
+                            .db
+                            .members()
+                            .into_iter()
+                            .filter(|m| Some(*m) != leader)
+                            .collect();
                         f.into_iter().take(1).collect()
                     }
                     _ => self.resolve(spec).await,
                 };
-                ids.into_iter().filter_map(|id| self.db.endpoint(id).ok()).map(|e| vec![e]).collect()
+                ids.into_iter()
+                    .filter_map(|id| self.db.endpoint(id).ok())
+                    .map(|e| vec![e])
+                    .collect()
             }
         }
     }
@@ -514,20 +587,37 @@ impl ScriptContext {
             .endpoints(endpoints)
             .connect_timeout(Duration::from_secs(2))
             .request_timeout(Duration::from_secs(3))
-            .retry(ftkv_client::RetryPolicy { deadline: self.op_timeout, ..Default::default() })
+            .retry(ftkv_client::RetryPolicy {
+                deadline: self.op_timeout,
+                ..Default::default()
+            })
             .build()
             .await;
         let process = self.recorder.new_process();
         match client {
             Ok(c) => {
-                crate::jepsen::runner::run_op(&self.recorder, WorkloadKind::Register, &c, process, op, self.op_timeout)
-                    .await;
+                crate::jepsen::runner::run_op(
+                    &self.recorder,
+                    WorkloadKind::Register,
+                    &c,
+                    process,
+                    op,
+                    self.op_timeout,
+                )
+                .await;
             }
             Err(e) => {
-                self.recorder.record(Op::new(process, OpType::Invoke, &op.f, op.key.clone(), op.value.clone()));
+                self.recorder.record(Op::new(
+                    process,
+                    OpType::Invoke,
+                    &op.f,
+                    op.key.clone(),
+                    op.value.clone(),
+                ));
                 // The client was never built: nothing was sent, so the op certainly did not happen.
                 self.recorder.record(
-                    Op::new(process, OpType::Fail, &op.f, op.key.clone(), op.value.clone()).with_error(e.to_string()),
+                    Op::new(process, OpType::Fail, &op.f, op.key.clone(), op.value.clone())
+                        .with_error(e.to_string()),
                 );
             }
         }

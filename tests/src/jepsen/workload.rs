@@ -66,8 +66,22 @@ pub struct PlannedOp {
 }
 
 impl PlannedOp {
+    /// True for ops without effect (reads, read-only txns).
+    pub fn is_read(&self) -> bool {
+        matches!(self.f.as_str(), "get" | "read")
+            || (self.f == "txn"
+                && self
+                    .value
+                    .as_array()
+                    .is_some_and(|m| m.iter().all(|x| x[0] == "r")))
+    }
+
     fn new(f: &str, key: Option<Value>, value: Value) -> Self {
-        PlannedOp { f: f.to_string(), key, value }
+        PlannedOp {
+            f: f.to_string(),
+            key,
+            value,
+        }
     }
 }
 
@@ -100,7 +114,13 @@ pub struct WorkloadOptions {
 
 impl Default for WorkloadOptions {
     fn default() -> Self {
-        WorkloadOptions { active_keys: 5, ops_per_key: 200, set_shards: 4, accounts: 5, total: 100 }
+        WorkloadOptions {
+            active_keys: 5,
+            ops_per_key: 200,
+            set_shards: 4,
+            accounts: 5,
+            total: 100,
+        }
     }
 }
 
@@ -199,7 +219,11 @@ impl Workload {
                 } else {
                     let from = rng.gen_range(0..n);
                     let to = (from + rng.gen_range(1..n)) % n;
-                    PlannedOp::new("transfer", None, json!({"from": from, "to": to, "amount": rng.gen_range(1..=5)}))
+                    PlannedOp::new(
+                        "transfer",
+                        None,
+                        json!({"from": from, "to": to, "amount": rng.gen_range(1..=5)}),
+                    )
                 }
             }
             WorkloadKind::Append => {
@@ -233,7 +257,9 @@ impl Workload {
             WorkloadKind::Bank => vec![PlannedOp::new("read", None, Value::Null)],
             WorkloadKind::Append => {
                 let mops: Vec<Value> = (0..self.next_key).map(|k| json!(["r", k, Value::Null])).collect();
-                mops.chunks(16).map(|c| PlannedOp::new("txn", None, Value::Array(c.to_vec()))).collect()
+                mops.chunks(16)
+                    .map(|c| PlannedOp::new("txn", None, Value::Array(c.to_vec())))
+                    .collect()
             }
         }
     }
@@ -251,23 +277,41 @@ pub fn key_bytes(kind: WorkloadKind, key: &Value) -> Vec<u8> {
 /// Parses a comma-terminated list of integers (`"1,5,9,"`) as written by appends.
 pub fn parse_list(bytes: &[u8]) -> Result<Vec<i64>, String> {
     let text = std::str::from_utf8(bytes).map_err(|e| format!("list is not UTF-8: {e}"))?;
-    text.split(',').filter(|s| !s.is_empty()).map(|s| s.parse::<i64>().map_err(|e| format!("bad element {s:?}: {e}"))).collect()
+    text.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<i64>().map_err(|e| format!("bad element {s:?}: {e}")))
+        .collect()
 }
 
 fn parse_int(bytes: &[u8]) -> Result<i64, String> {
-    std::str::from_utf8(bytes).ok().and_then(|s| s.parse().ok()).ok_or_else(|| format!("not an integer: {bytes:?}"))
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("not an integer: {bytes:?}"))
 }
 
 fn ok(value: Value) -> Completion {
-    Completion { op_type: OpType::Ok, value, error: None }
+    Completion {
+        op_type: OpType::Ok,
+        value,
+        error: None,
+    }
 }
 
 fn fail(value: Value, error: impl Into<String>) -> Completion {
-    Completion { op_type: OpType::Fail, value, error: Some(error.into()) }
+    Completion {
+        op_type: OpType::Fail,
+        value,
+        error: Some(error.into()),
+    }
 }
 
 fn info(value: Value, error: impl Into<String>) -> Completion {
-    Completion { op_type: OpType::Info, value, error: Some(error.into()) }
+    Completion {
+        op_type: OpType::Info,
+        value,
+        error: Some(error.into()),
+    }
 }
 
 /// Completion of a write that returned `error`.
@@ -285,12 +329,14 @@ pub fn classify_write_error(value: Value, error: &ftkv_client::Error) -> Complet
 
 /// Runs `op` with `client`, bounded by `timeout` (past it: `info` for writes, `fail` for reads).
 pub async fn execute(kind: WorkloadKind, client: &Client, op: &PlannedOp, timeout: Duration) -> Completion {
-    let is_read = matches!(op.f.as_str(), "get" | "read")
-        || (op.f == "txn" && op.value.as_array().is_some_and(|m| m.iter().all(|x| x[0] == "r")));
+    let is_read = op.is_read();
     match tokio::time::timeout(timeout, execute_inner(kind, client, op)).await {
         Ok(c) => c,
         Err(_) if is_read => fail(Value::Null, format!("timed out after {} ms", timeout.as_millis())),
-        Err(_) => info(op.value.clone(), format!("timed out after {} ms", timeout.as_millis())),
+        Err(_) => info(
+            op.value.clone(),
+            format!("timed out after {} ms", timeout.as_millis()),
+        ),
     }
 }
 
@@ -313,7 +359,10 @@ async fn execute_inner(kind: WorkloadKind, client: &Client, op: &PlannedOp) -> C
             let (old, new) = (op.value[0].to_string(), op.value[1].to_string());
             let txn = Txn {
                 compares: vec![Compare::value(&key, CompareResult::Equal, old)],
-                success: vec![TxnOp::Put { key: key.clone(), value: new.into_bytes() }],
+                success: vec![TxnOp::Put {
+                    key: key.clone(),
+                    value: new.into_bytes(),
+                }],
                 failure: Vec::new(),
             };
             match client.txn(txn).await {
@@ -323,7 +372,10 @@ async fn execute_inner(kind: WorkloadKind, client: &Client, op: &PlannedOp) -> C
             }
         }
         (WorkloadKind::Set, "add") => {
-            match client.upsert(&key, UpsertOp::Append(format!("{},", op.value).into_bytes())).await {
+            match client
+                .upsert(&key, UpsertOp::Append(format!("{},", op.value).into_bytes()))
+                .await
+            {
                 Ok(_) => ok(op.value.clone()),
                 Err(e) => classify_write_error(op.value.clone(), &e),
             }
@@ -353,7 +405,10 @@ async fn execute_inner(kind: WorkloadKind, client: &Client, op: &PlannedOp) -> C
         (WorkloadKind::Bank, "read") => bank_read(kind, client).await,
         (WorkloadKind::Bank, "transfer") => bank_transfer(kind, client, op).await,
         (WorkloadKind::Append, "txn") => append_txn(kind, client, op).await,
-        _ => fail(op.value.clone(), format!("op {} not part of workload {}", op.f, kind.name())),
+        _ => fail(
+            op.value.clone(),
+            format!("op {} not part of workload {}", op.f, kind.name()),
+        ),
     }
 }
 
@@ -367,14 +422,22 @@ async fn bank_read(kind: WorkloadKind, client: &Client) -> Completion {
     let accounts = BANK_ACCOUNTS.load(std::sync::atomic::Ordering::Relaxed);
     let txn = Txn {
         compares: Vec::new(),
-        success: (0..accounts).map(|a| TxnOp::Get { key: account_key(kind, a) }).collect(),
+        success: (0..accounts)
+            .map(|a| TxnOp::Get {
+                key: account_key(kind, a),
+            })
+            .collect(),
         failure: Vec::new(),
     };
     match client.txn(txn).await {
         Ok(r) => {
             let mut m = serde_json::Map::new();
             for (a, res) in r.results.iter().enumerate() {
-                let v = if res.found { parse_int(&res.value).map(|n| json!(n)).unwrap_or(Value::Null) } else { Value::Null };
+                let v = if res.found {
+                    parse_int(&res.value).map(|n| json!(n)).unwrap_or(Value::Null)
+                } else {
+                    Value::Null
+                };
                 m.insert(a.to_string(), v);
             }
             ok(Value::Object(m))
@@ -388,14 +451,25 @@ static BANK_ACCOUNTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU6
 
 /// Writes the initial balances (total split evenly) in one atomic `Write`. Retries until it
 /// succeeds or `deadline` passes.
-pub async fn bank_setup(client: &Client, options: &WorkloadOptions, deadline: Duration) -> Result<(), String> {
+pub async fn bank_setup(
+    client: &Client,
+    options: &WorkloadOptions,
+    deadline: Duration,
+) -> Result<(), String> {
     let n = options.accounts.max(2);
     BANK_ACCOUNTS.store(n, std::sync::atomic::Ordering::Relaxed);
     let each = options.total / n as i64;
     let mut ops = Vec::new();
     for a in 0..n {
-        let extra = if a == 0 { options.total - each * n as i64 } else { 0 };
-        ops.push(ftkv_client::Op::put(account_key(WorkloadKind::Bank, a), (each + extra).to_string()));
+        let extra = if a == 0 {
+            options.total - each * n as i64
+        } else {
+            0
+        };
+        ops.push(ftkv_client::Op::put(
+            account_key(WorkloadKind::Bank, a),
+            (each + extra).to_string(),
+        ));
     }
     let started = std::time::Instant::now();
     loop {
@@ -411,9 +485,11 @@ pub async fn bank_setup(client: &Client, options: &WorkloadOptions, deadline: Du
 }
 
 async fn bank_transfer(kind: WorkloadKind, client: &Client, op: &PlannedOp) -> Completion {
-    let (Some(from), Some(to), Some(amount)) =
-        (op.value["from"].as_u64(), op.value["to"].as_u64(), op.value["amount"].as_i64())
-    else {
+    let (Some(from), Some(to), Some(amount)) = (
+        op.value["from"].as_u64(),
+        op.value["to"].as_u64(),
+        op.value["amount"].as_i64(),
+    ) else {
         return fail(op.value.clone(), "malformed transfer");
     };
     let (kf, kt) = (account_key(kind, from), account_key(kind, to));
@@ -442,8 +518,14 @@ async fn bank_transfer(kind: WorkloadKind, client: &Client, op: &PlannedOp) -> C
             Compare::value(&kt, CompareResult::Equal, raw_t),
         ],
         success: vec![
-            TxnOp::Put { key: kf, value: (bf - amount).to_string().into_bytes() },
-            TxnOp::Put { key: kt, value: (bt + amount).to_string().into_bytes() },
+            TxnOp::Put {
+                key: kf,
+                value: (bf - amount).to_string().into_bytes(),
+            },
+            TxnOp::Put {
+                key: kt,
+                value: (bt + amount).to_string().into_bytes(),
+            },
         ],
         failure: Vec::new(),
     };
@@ -455,18 +537,30 @@ async fn bank_transfer(kind: WorkloadKind, client: &Client, op: &PlannedOp) -> C
 }
 
 async fn append_txn(kind: WorkloadKind, client: &Client, op: &PlannedOp) -> Completion {
-    let Some(mops) = op.value.as_array() else { return fail(op.value.clone(), "malformed txn") };
+    let Some(mops) = op.value.as_array() else {
+        return fail(op.value.clone(), "malformed txn");
+    };
     let mut success = Vec::with_capacity(mops.len());
     for m in mops {
         let key = key_bytes(kind, &m[1]);
         if m[0] == "append" {
-            success.push(TxnOp::Upsert { key, op: UpsertOp::Append(format!("{},", m[2]).into_bytes()) });
+            success.push(TxnOp::Upsert {
+                key,
+                op: UpsertOp::Append(format!("{},", m[2]).into_bytes()),
+            });
         } else {
             success.push(TxnOp::Get { key });
         }
     }
     let read_only = mops.iter().all(|m| m[0] == "r");
-    match client.txn(Txn { compares: Vec::new(), success, failure: Vec::new() }).await {
+    match client
+        .txn(Txn {
+            compares: Vec::new(),
+            success,
+            failure: Vec::new(),
+        })
+        .await
+    {
         Ok(r) => {
             let mut out = Vec::with_capacity(mops.len());
             for (i, m) in mops.iter().enumerate() {
@@ -505,10 +599,19 @@ mod tests {
 
     #[test]
     fn same_seed_same_ops_different_seed_different_ops() {
-        for kind in [WorkloadKind::Register, WorkloadKind::Set, WorkloadKind::Counter, WorkloadKind::Bank, WorkloadKind::Append] {
+        for kind in [
+            WorkloadKind::Register,
+            WorkloadKind::Set,
+            WorkloadKind::Counter,
+            WorkloadKind::Bank,
+            WorkloadKind::Append,
+        ] {
             assert_eq!(ops(kind, 7, 50), ops(kind, 7, 50), "{kind:?}");
         }
-        assert_ne!(ops(WorkloadKind::Register, 7, 50), ops(WorkloadKind::Register, 8, 50));
+        assert_ne!(
+            ops(WorkloadKind::Register, 7, 50),
+            ops(WorkloadKind::Register, 8, 50)
+        );
     }
 
     #[test]
@@ -536,8 +639,10 @@ mod tests {
 
     #[test]
     fn register_keys_rotate_and_final_reads_cover_every_append_key() {
-        let keys: std::collections::BTreeSet<String> =
-            ops(WorkloadKind::Register, 3, 3000).iter().map(|o| o.key.clone().unwrap().to_string()).collect();
+        let keys: std::collections::BTreeSet<String> = ops(WorkloadKind::Register, 3, 3000)
+            .iter()
+            .map(|o| o.key.clone().unwrap().to_string())
+            .collect();
         assert!(keys.len() > 5, "keys should rotate: {keys:?}");
         let mut w = Workload::new(WorkloadKind::Append, WorkloadOptions::default());
         let mut rng = StdRng::seed_from_u64(3);
@@ -550,7 +655,14 @@ mod tests {
         let finals: std::collections::BTreeSet<u64> = w
             .final_ops()
             .iter()
-            .flat_map(|o| o.value.as_array().unwrap().iter().map(|m| m[1].as_u64().unwrap()).collect::<Vec<_>>())
+            .flat_map(|o| {
+                o.value
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|m| m[1].as_u64().unwrap())
+                    .collect::<Vec<_>>()
+            })
             .collect();
         assert!(touched.is_subset(&finals));
     }
@@ -573,11 +685,16 @@ mod tests {
 
     #[test]
     fn write_errors_are_never_turned_into_fail_when_ambiguous() {
-        let e = ftkv_client::Error::Ambiguous { message: "lost leadership".into() };
+        let e = ftkv_client::Error::Ambiguous {
+            message: "lost leadership".into(),
+        };
         assert_eq!(classify_write_error(json!(1), &e).op_type, OpType::Info);
         let e = ftkv_client::Error::Timeout { elapsed_ms: 5 };
         assert_eq!(classify_write_error(json!(1), &e).op_type, OpType::Info);
-        let e = ftkv_client::Error::InvalidArgument { message: "too big".into(), limit: None };
+        let e = ftkv_client::Error::InvalidArgument {
+            message: "too big".into(),
+            limit: None,
+        };
         assert_eq!(classify_write_error(json!(1), &e).op_type, OpType::Fail);
     }
 }

@@ -21,7 +21,8 @@ pub const HEADER_BYTES: usize = 64;
 const HEADER_MAGIC: &[u8; 8] = b"FTKVHDR\0";
 const BTT_MAGIC: &[u8; 8] = b"FTKVBTT\0";
 const NODE_MAGIC: &[u8; 8] = b"FTKVNODE";
-const NODE_FIXED_HEADER_BYTES: usize = 40;
+/// Bytes of the fixed part of a node header (before the partition table).
+pub const NODE_FIXED_HEADER_BYTES: usize = 40;
 const PARTITION_ENTRY_BYTES: usize = 16;
 
 /// Where a block lives in the file.
@@ -666,6 +667,124 @@ fn decode_node_inner(buf: &[u8], expect_id: NodeId) -> Result<Node, NodeErr> {
         }
         k => Err(format!("unknown node kind {k}").into()),
     }
+}
+
+// ------------------------------------------------------------------------------------------
+// Partial reads: one basement without the rest of its leaf
+// ------------------------------------------------------------------------------------------
+
+/// One row of a node's partition table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartEntry {
+    /// Offset from the block start.
+    pub offset: u32,
+    /// Stored (possibly compressed) length.
+    pub len: u32,
+    /// Uncompressed length.
+    pub raw_len: u32,
+    /// crc32c of the stored bytes.
+    pub crc: u32,
+}
+
+/// A node's header: what a partial read needs to locate one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeIndex {
+    /// 0 for leaves.
+    pub height: u32,
+    /// Partitions are zstd-compressed.
+    pub compressed: bool,
+    /// Partition table (partition 0 = pivots).
+    pub parts: Vec<PartEntry>,
+}
+
+/// Total header length announced by the fixed part of a node header.
+pub fn node_header_len(fixed: &[u8], location: &str) -> Result<usize> {
+    let mut r = R::new(fixed);
+    let res = (|| -> Result<usize, Detail> {
+        if r.take(8)? != NODE_MAGIC {
+            return Err("bad node magic".into());
+        }
+        r.take(24)?;
+        let nparts = r.u32()? as usize;
+        let header_len = r.u32()? as usize;
+        if nparts > (1 << 20) || header_len != NODE_FIXED_HEADER_BYTES + PARTITION_ENTRY_BYTES * nparts + 4 {
+            return Err(format!("header length {header_len} does not match {nparts} partitions"));
+        }
+        Ok(header_len)
+    })();
+    res.map_err(|d| corruption(location, d))
+}
+
+/// Decodes and verifies (crc32c) a whole node header.
+pub fn decode_node_index(header: &[u8], expect_id: NodeId, location: &str) -> Result<NodeIndex> {
+    let body = verify_trailing_crc(header, location)?;
+    let mut r = R::new(body);
+    let res = (|| -> Result<Result<NodeIndex>, Detail> {
+        if r.take(8)? != NODE_MAGIC {
+            return Err("bad node magic".into());
+        }
+        let version = r.u32()?;
+        if version > FORMAT_VERSION {
+            return Ok(Err(EngineError::UnsupportedVersion { found: version, supported: FORMAT_VERSION }));
+        }
+        let id = r.u64()?;
+        if id != expect_id {
+            return Err(format!("block holds node {id}, expected {expect_id}"));
+        }
+        let height = r.u32()?;
+        let _kind = r.u8()?;
+        let compressed = r.u8()? == 1;
+        r.take(2)?;
+        let nparts = r.u32()? as usize;
+        r.take(8)?;
+        let mut parts = Vec::with_capacity(nparts.min(1 << 16));
+        for _ in 0..nparts {
+            parts.push(PartEntry { offset: r.u32()?, len: r.u32()?, raw_len: r.u32()?, crc: r.u32()? });
+        }
+        r.done()?;
+        Ok(Ok(NodeIndex { height, compressed, parts }))
+    })();
+    res.map_err(|d| corruption(location, d))?
+}
+
+/// Verifies and decompresses one stored partition.
+pub fn decode_partition(data: &[u8], e: &PartEntry, compressed: bool, location: &str) -> Result<Vec<u8>> {
+    if data.len() != e.len as usize || crc32c::crc32c(data) != e.crc {
+        return Err(corruption(location, "partition crc32c mismatch"));
+    }
+    let raw = if compressed {
+        zstd::bulk::decompress(data, e.raw_len as usize)
+            .map_err(|err| corruption(location, format!("partition zstd: {err}")))?
+    } else {
+        data.to_vec()
+    };
+    if raw.len() != e.raw_len as usize {
+        return Err(corruption(location, "partition length mismatch"));
+    }
+    Ok(raw)
+}
+
+/// Basement pivots from a leaf's partition 0.
+pub fn decode_leaf_pivots(raw: &[u8], basements: usize, location: &str) -> Result<Vec<Vec<u8>>> {
+    let mut r = R::new(raw);
+    let res = (|| -> Result<Vec<Vec<u8>>, Detail> {
+        let n = r.u32()? as usize;
+        if n == 0 || n != basements {
+            return Err(format!("{n} basements but {basements} data partitions"));
+        }
+        let mut pivots = Vec::with_capacity(n - 1);
+        for _ in 1..n {
+            pivots.push(r.bytes()?);
+        }
+        r.done()?;
+        Ok(pivots)
+    })();
+    res.map_err(|d| corruption(location, d))
+}
+
+/// One basement partition.
+pub fn decode_basement_partition(raw: &[u8], location: &str) -> Result<Basement> {
+    decode_basement(raw).map_err(|d| corruption(location, d))
 }
 
 #[cfg(test)]

@@ -11,7 +11,9 @@
 //! the BTT (with the metadata blob) under the alternate header, so a reopen returns exactly the
 //! last checkpoint. All I/O goes through [`ftkv_vfs::Vfs`], so crash tests run on `FaultVfs`.
 //!
-//! Concurrency: one mutex guards the tree (readers load nodes into the shared cachetable).
+//! Concurrency: a read-write lock guards the tree. Reads whose nodes are all cached run
+//! concurrently under the shared lock (CLOCK counts are atomics); a read that misses retries
+//! under the exclusive lock, loading nodes and evicting. Writes take the exclusive lock.
 
 pub mod codec;
 pub mod msg;
@@ -23,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ftkv_vfs::{Vfs, VfsFile};
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 
 use self::codec::{decode_btt, decode_header, BlockLoc, BttImage, Header, HEADER_BYTES, HEADER_SLOT_BYTES};
 use self::msg::{Msg, PointOp, RangeMsg, RangeOp};
@@ -39,7 +41,7 @@ const TREE_TMP_NAME: &str = "tree.ftkv.tmp";
 
 /// The fractal-tree engine (`engine.kind = "fractal"`).
 pub struct FractalEngine {
-    inner: Mutex<Inner>,
+    inner: RwLock<Inner>,
     path: PathBuf,
 }
 
@@ -76,7 +78,7 @@ impl FractalEngine {
             .map_err(io(format!("open {}", path.display())))?;
         let tree = load_tree(file, &path, opts, params)?;
         Ok(FractalEngine {
-            inner: Mutex::new(Inner {
+            inner: RwLock::new(Inner {
                 tree,
                 poisoned: false,
             }),
@@ -91,12 +93,12 @@ impl FractalEngine {
 
     /// Tree shape in use.
     pub fn params(&self) -> TreeParams {
-        self.inner.lock().tree.params
+        self.inner.read().tree.params
     }
 
     /// Bytes of nodes currently cached.
     pub fn cached_bytes(&self) -> usize {
-        self.inner.lock().tree.store.cached_bytes()
+        self.inner.read().tree.store.cached_bytes()
     }
 }
 
@@ -271,8 +273,18 @@ impl Engine for FractalEngine {
     }
 
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        // Fast path: every node on the path cached, under the shared lock.
+        {
+            let inner = self.inner.read();
+            if inner.poisoned {
+                return Err(EngineError::Poisoned);
+            }
+            if let Some(r) = inner.tree.get_cached(key) {
+                return r;
+            }
+        }
         // A poisoned tree may be half-updated in memory: no reads from it.
-        self.inner.lock().mutate(|t| {
+        self.inner.write().mutate(|t| {
             let v = t.get(key)?;
             t.store.evict_to_budget(t.root)?;
             Ok(v)
@@ -280,11 +292,20 @@ impl Engine for FractalEngine {
     }
 
     fn scan(&self, start: &[u8], end: Option<&[u8]>, limit: usize) -> Result<Vec<KeyValue>> {
-        self.inner.lock().mutate(|t| t.scan(start, end, limit))
+        {
+            let inner = self.inner.read();
+            if inner.poisoned {
+                return Err(EngineError::Poisoned);
+            }
+            if let Some(r) = inner.tree.scan_cached(start, end, limit) {
+                return r;
+            }
+        }
+        self.inner.write().mutate(|t| t.scan(start, end, limit))
     }
 
     fn write(&self, ops: &[WriteOp], meta: Option<&[u8]>) -> Result<()> {
-        let mut inner = self.inner.lock();
+        let mut inner = self.inner.write();
         inner.mutate(|t| {
             for op in ops {
                 let msn = t.next_msn();
@@ -301,15 +322,15 @@ impl Engine for FractalEngine {
     }
 
     fn meta(&self) -> Result<Option<Vec<u8>>> {
-        Ok(self.inner.lock().tree.meta.clone())
+        Ok(self.inner.write().tree.meta.clone())
     }
 
     fn checkpoint(&self) -> Result<()> {
-        self.inner.lock().mutate(Tree::checkpoint)
+        self.inner.write().mutate(Tree::checkpoint)
     }
 
     fn replace_all(&self, pairs: &mut dyn Iterator<Item = Result<KeyValue>>, meta: &[u8]) -> Result<()> {
-        let mut inner = self.inner.lock();
+        let mut inner = self.inner.write();
         if inner.poisoned {
             return Err(EngineError::Poisoned);
         }
@@ -325,10 +346,10 @@ impl Engine for FractalEngine {
     }
 
     fn check_integrity(&self) -> Result<IntegrityReport> {
-        self.inner.lock().mutate(Tree::check_integrity)
+        self.inner.write().mutate(Tree::check_integrity)
     }
 
     fn size_on_disk_bytes(&self) -> Result<u64> {
-        self.inner.lock().tree.store.file_len()
+        self.inner.write().tree.store.file_len()
     }
 }

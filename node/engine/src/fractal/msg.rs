@@ -283,7 +283,11 @@ impl Buffer {
             let mut key = Some(key);
             for (i, (msn, op)) in list.into_iter().enumerate() {
                 // The last message of a key takes the key itself; earlier ones get copies.
-                let k = if i + 1 == n { key.take().unwrap_or_default() } else { key.clone().unwrap_or_default() };
+                let k = if i + 1 == n {
+                    key.take().unwrap_or_default()
+                } else {
+                    key.clone().unwrap_or_default()
+                };
                 out.push(Msg::Point { msn, key: k, op });
             }
         }

@@ -182,7 +182,10 @@ impl Leaf {
                 continue;
             }
             let rest = msgs.get(i..).unwrap_or_default();
-            let j = rest.iter().position(|m| matches!(m, Msg::Range(_))).map_or(msgs.len(), |p| i + p);
+            let j = rest
+                .iter()
+                .position(|m| matches!(m, Msg::Range(_)))
+                .map_or(msgs.len(), |p| i + p);
             self.apply_points(msgs.get(i..j).unwrap_or_default());
             i = j;
         }
@@ -197,8 +200,16 @@ impl Leaf {
             })
             .collect();
         if let Some(last) = order.last() {
-            let last_key = self.basements.last().and_then(|b| b.entries.last()).map(|(k, _)| k.as_slice());
-            let first_key = self.basements.first().and_then(|b| b.entries.first()).map(|(k, _)| k.as_slice());
+            let last_key = self
+                .basements
+                .last()
+                .and_then(|b| b.entries.last())
+                .map(|(k, _)| k.as_slice());
+            let first_key = self
+                .basements
+                .first()
+                .and_then(|b| b.entries.first())
+                .map(|(k, _)| k.as_slice());
             self.appending = last_key.is_none_or(|l| last.0 > l);
             self.prepending = first_key.is_none_or(|f| last.0 < f);
         }

@@ -12,16 +12,18 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use ftkv_vfs::VfsFile;
 
 use super::codec::{
-    align_up, decode_node, encode_btt, encode_header, encode_node, BlockLoc, BttImage, Header, DATA_START,
-    HEADER_SLOT_BYTES,
+    align_up, decode_basement_partition, decode_leaf_pivots, decode_node, decode_node_index, decode_partition,
+    encode_btt, encode_header, encode_node, node_header_len, BlockLoc, BttImage, Header, NodeIndex, PartEntry,
+    DATA_START, HEADER_SLOT_BYTES, NODE_FIXED_HEADER_BYTES,
 };
 use super::msg::Msn;
-use super::node::{Node, NodeId};
+use super::node::{child_index, Basement, Node, NodeId};
 use crate::{EngineError, Result};
 
 /// CLOCK count given to a node when it is loaded or touched, and its maximum.
@@ -30,7 +32,18 @@ const CLOCK_MAX: u8 = 3;
 struct Entry {
     node: Node,
     dirty: bool,
-    clock: u8,
+    /// CLOCK count; atomic so readers under a shared lock can mark use.
+    clock: AtomicU8,
+    bytes: usize,
+}
+
+/// Pieces of a leaf read without the rest of it (partial eviction's read side): its pivots and
+/// some basements, valid while the BTT still points at `loc`.
+struct PartialLeaf {
+    loc: BlockLoc,
+    index: NodeIndex,
+    pivots: Vec<Vec<u8>>,
+    basements: HashMap<usize, Basement>,
     bytes: usize,
 }
 
@@ -61,6 +74,16 @@ pub struct Store {
     hand: usize,
     cached_bytes: usize,
     budget_bytes: usize,
+    /// Basements of uncached leaves read for point lookups (at most a quarter of the budget).
+    partial: HashMap<NodeId, PartialLeaf>,
+    partial_bytes: usize,
+}
+
+fn bump(clock: &AtomicU8) {
+    let c = clock.load(Ordering::Relaxed);
+    if c < CLOCK_MAX {
+        clock.store(c + 1, Ordering::Relaxed);
+    }
 }
 
 fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> EngineError {
@@ -97,6 +120,8 @@ impl Store {
             hand: 0,
             cached_bytes: 0,
             budget_bytes,
+            partial: HashMap::new(),
+            partial_bytes: 0,
         };
         if let Some((img, loc)) = image {
             s.counter = img.counter;
@@ -363,7 +388,7 @@ impl Store {
         }
         match self.cache.get_mut(&id) {
             Some(e) => {
-                e.clock = (e.clock + 1).min(CLOCK_MAX);
+                bump(&e.clock);
                 Ok(&e.node)
             }
             None => Err(EngineError::Corruption {
@@ -371,6 +396,115 @@ impl Store {
                 detail: format!("node {id} vanished from the cache"),
             }),
         }
+    }
+
+    /// Whether node `id` is in the cache.
+    pub fn is_cached(&self, id: NodeId) -> bool {
+        self.cache.contains_key(&id)
+    }
+
+    /// Value of `key` in uncached leaf `id` from already-read basements, with the basement's
+    /// applied MSN; `None` when that basement has not been read (or the leaf moved).
+    pub fn partial_value(&self, id: NodeId, key: &[u8]) -> Option<(Option<Vec<u8>>, Msn)> {
+        let p = self.partial.get(&id)?;
+        if self.btt.get(&id) != Some(&p.loc) {
+            return None;
+        }
+        let b = p.basements.get(&child_index(&p.pivots, key))?;
+        Some((b.get(key).cloned(), b.max_msn))
+    }
+
+    fn read_span(&self, id: NodeId, loc: &BlockLoc, off: u64, len: u64) -> Result<Vec<u8>> {
+        let location = self.location(id, loc);
+        if off + len > u64::from(loc.size) {
+            return Err(EngineError::Corruption { location, detail: format!("span {off}+{len} outside block") });
+        }
+        let mut buf = vec![0u8; len as usize];
+        self.file.read_exact_at(&mut buf, loc.offset + off).map_err(|source| match source.kind() {
+            std::io::ErrorKind::UnexpectedEof => {
+                EngineError::Corruption { location: location.clone(), detail: "block past end of file".into() }
+            }
+            _ => EngineError::Io { context: format!("read {location}"), source },
+        })?;
+        Ok(buf)
+    }
+
+    fn read_partition(&self, id: NodeId, loc: &BlockLoc, e: &PartEntry, compressed: bool) -> Result<Vec<u8>> {
+        let data = self.read_span(id, loc, u64::from(e.offset), u64::from(e.len))?;
+        decode_partition(&data, e, compressed, &self.location(id, loc))
+    }
+
+    /// Reads the one basement of uncached leaf `id` that holds `key` (header, pivots and that
+    /// partition only; each verified by its crc32c) and returns the key's value and the
+    /// basement's applied MSN. The pieces are kept in a small side cache.
+    pub fn read_partial_value(&mut self, id: NodeId, key: &[u8]) -> Result<(Option<Vec<u8>>, Msn)> {
+        if let Some(v) = self.partial_value(id, key) {
+            return Ok(v);
+        }
+        let loc = *self.btt.get(&id).ok_or_else(|| EngineError::Corruption {
+            location: format!("{} BTT", self.path.display()),
+            detail: format!("node {id} is referenced but has no block"),
+        })?;
+        let location = self.location(id, &loc);
+        if self.partial.get(&id).is_none_or(|p| p.loc != loc) {
+            if let Some(old) = self.partial.remove(&id) {
+                self.partial_bytes -= old.bytes;
+            }
+            let fixed = self.read_span(id, &loc, 0, NODE_FIXED_HEADER_BYTES as u64)?;
+            let header_len = node_header_len(&fixed, &location)?;
+            let header = self.read_span(id, &loc, 0, header_len as u64)?;
+            let index = decode_node_index(&header, id, &location)?;
+            if index.height != 0 || index.parts.len() < 2 {
+                return Err(EngineError::Corruption { location, detail: "expected a leaf".into() });
+            }
+            let p0 = index.parts[0];
+            let raw = self.read_partition(id, &loc, &p0, index.compressed)?;
+            let pivots = decode_leaf_pivots(&raw, index.parts.len() - 1, &location)?;
+            let bytes = pivots.iter().map(|p| p.len() + 16).sum::<usize>() + index.parts.len() * 16;
+            self.partial_bytes += bytes;
+            self.partial.insert(id, PartialLeaf { loc, index, pivots, basements: HashMap::new(), bytes });
+        }
+        let (bi, entry, compressed) = match self.partial.get(&id) {
+            Some(p) => {
+                let bi = child_index(&p.pivots, key);
+                let entry = p.index.parts.get(bi + 1).copied().ok_or_else(|| EngineError::Corruption {
+                    location: location.clone(),
+                    detail: format!("no partition for basement {bi}"),
+                })?;
+                (bi, entry, p.index.compressed)
+            }
+            None => return Err(EngineError::Corruption { location, detail: "partial leaf vanished".into() }),
+        };
+        let raw = self.read_partition(id, &loc, &entry, compressed)?;
+        let b = decode_basement_partition(&raw, &location)?;
+        let result = (b.get(key).cloned(), b.max_msn);
+        let size = b.size_bytes();
+        if let Some(p) = self.partial.get_mut(&id) {
+            p.bytes += size;
+            p.basements.insert(bi, b);
+            self.partial_bytes += size;
+        }
+        self.trim_partial(id);
+        Ok(result)
+    }
+
+    /// Keeps the partial-read side cache under a quarter of the budget.
+    fn trim_partial(&mut self, keep: NodeId) {
+        let cap = self.budget_bytes / 4;
+        while self.partial_bytes > cap {
+            let Some(victim) = self.partial.keys().copied().find(|k| *k != keep) else { break };
+            if let Some(p) = self.partial.remove(&victim) {
+                self.partial_bytes -= p.bytes;
+            }
+        }
+    }
+
+    /// The cached node `id` without loading (readers under a shared lock); `None` on a miss.
+    pub fn peek(&self, id: NodeId) -> Option<&Node> {
+        self.cache.get(&id).map(|e| {
+            bump(&e.clock);
+            &e.node
+        })
     }
 
     fn insert(&mut self, id: NodeId, node: Node, dirty: bool, clock: u8) {
@@ -381,7 +515,7 @@ impl Store {
             Entry {
                 node,
                 dirty,
-                clock,
+                clock: AtomicU8::new(clock),
                 bytes,
             },
         ) {
@@ -409,6 +543,9 @@ impl Store {
 
     /// Forgets node `id` (merged away): drops it from the cache and frees its block.
     pub fn delete(&mut self, id: NodeId) {
+        if let Some(p) = self.partial.remove(&id) {
+            self.partial_bytes -= p.bytes;
+        }
         if let Some(e) = self.cache.remove(&id) {
             self.cached_bytes -= e.bytes;
         }
@@ -420,6 +557,8 @@ impl Store {
     /// Forgets every node (cache and BTT); blocks are released. Used when a bulk load replaces
     /// the whole tree.
     pub fn forget_all(&mut self) {
+        self.partial.clear();
+        self.partial_bytes = 0;
         self.cache.clear();
         self.ring.clear();
         self.ring_members.clear();
@@ -435,7 +574,8 @@ impl Store {
     /// fits its budget. `pinned` (the root) is never evicted.
     pub fn evict_to_budget(&mut self, pinned: NodeId) -> Result<()> {
         let mut steps = 0usize;
-        while self.cached_bytes > self.budget_bytes && self.cache.len() > 1 && !self.ring.is_empty() {
+        let budget = self.budget_bytes.saturating_sub(self.partial_bytes);
+        while self.cached_bytes > budget && self.cache.len() > 1 && !self.ring.is_empty() {
             steps += 1;
             if steps > 8 * (self.ring.len() + 8) {
                 break;
@@ -453,8 +593,9 @@ impl Store {
                 self.hand += 1;
                 continue;
             }
-            if e.clock > 0 {
-                e.clock -= 1;
+            let c = e.clock.get_mut();
+            if *c > 0 {
+                *c -= 1;
                 self.hand += 1;
                 continue;
             }

@@ -89,6 +89,65 @@ fn apply_msg_to_value(value: Option<Vec<u8>>, key: &[u8], msg: &Msg) -> Option<V
     }
 }
 
+/// Where reads get nodes from: the cache only (shared lock; a miss aborts the read) or the
+/// cache with loading and eviction (exclusive lock).
+trait Fetch {
+    /// The node, `Ok(None)` when it is not cached and this source cannot load.
+    fn fetch(&mut self, id: NodeId) -> Result<Option<&Node>>;
+    /// Called after each leaf of a scan (evicts down to budget when allowed).
+    fn after_leaf(&mut self, root: NodeId) -> Result<()>;
+    /// For a point read reaching leaf `id`: its value and basement MSN from a partial read when
+    /// the leaf is not cached whole.
+    fn probe_leaf(&mut self, id: NodeId, key: &[u8]) -> Result<LeafProbe>;
+}
+
+/// Outcome of [`Fetch::probe_leaf`].
+enum LeafProbe {
+    /// Value of the key in its basement and the basement's applied MSN.
+    Value(Option<Vec<u8>>, Msn),
+    /// The leaf is cached: read it as a node.
+    UseNode,
+    /// Not available without I/O (shared-lock readers retry exclusively).
+    Miss,
+}
+
+struct Loading<'a>(&'a mut Store);
+struct CachedOnly<'a>(&'a Store);
+
+impl Fetch for Loading<'_> {
+    fn fetch(&mut self, id: NodeId) -> Result<Option<&Node>> {
+        self.0.get(id).map(Some)
+    }
+    fn after_leaf(&mut self, root: NodeId) -> Result<()> {
+        self.0.evict_to_budget(root)
+    }
+    fn probe_leaf(&mut self, id: NodeId, key: &[u8]) -> Result<LeafProbe> {
+        if self.0.is_cached(id) {
+            return Ok(LeafProbe::UseNode);
+        }
+        let (v, floor) = self.0.read_partial_value(id, key)?;
+        Ok(LeafProbe::Value(v, floor))
+    }
+}
+
+impl Fetch for CachedOnly<'_> {
+    fn fetch(&mut self, id: NodeId) -> Result<Option<&Node>> {
+        Ok(self.0.peek(id))
+    }
+    fn after_leaf(&mut self, _root: NodeId) -> Result<()> {
+        Ok(())
+    }
+    fn probe_leaf(&mut self, id: NodeId, key: &[u8]) -> Result<LeafProbe> {
+        if self.0.is_cached(id) {
+            return Ok(LeafProbe::UseNode);
+        }
+        Ok(match self.0.partial_value(id, key) {
+            Some((v, floor)) => LeafProbe::Value(v, floor),
+            None => LeafProbe::Miss,
+        })
+    }
+}
+
 /// The in-memory state of an open tree.
 pub struct Tree {
     pub(crate) params: TreeParams,
@@ -408,49 +467,94 @@ impl Tree {
     /// Value of `key`: the leaf's entry with every pending ancestor message for the key applied
     /// in MSN order.
     pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let mut msgs = Vec::new();
-        let mut id = self.root;
-        let hash = key_hash(key);
-        loop {
-            match self.store.get(id)? {
-                Node::Internal(n) => {
-                    let i = child_index(&n.pivots, key);
-                    let (Some(b), Some(&c)) = (n.buffers.get(i), n.children.get(i)) else {
-                        return Err(corrupt(format!("node {id}"), "pivot/child count mismatch"));
-                    };
-                    b.collect_for_key(key, hash, &mut msgs);
-                    id = c;
-                }
-                Node::Leaf(l) => {
-                    let bi = child_index(&l.pivots, key);
-                    let Some(b) = l.basements.get(bi) else {
-                        return Err(corrupt(format!("node {id}"), "basement count mismatch"));
-                    };
-                    let mut v = b.get(key).cloned();
-                    let floor = b.max_msn;
-                    msgs.sort_by_key(Msg::msn);
-                    for m in msgs.iter().filter(|m| m.msn() > floor) {
-                        v = apply_msg_to_value(v, key, m);
-                    }
-                    return Ok(v);
-                }
-            }
-        }
+        let root = self.root;
+        get_from(&mut Loading(&mut self.store), root, key).map(|r| r.unwrap_or_default())
+    }
+
+    /// Like [`Tree::get`] from cached nodes only (a shared lock suffices); `None` on a miss.
+    pub fn get_cached(&self, key: &[u8]) -> Option<Result<Option<Vec<u8>>>> {
+        get_from(&mut CachedOnly(&self.store), self.root, key).transpose()
     }
 
     /// Up to `limit` pairs in `[start, end)`, leaf by leaf and basement by basement, with pending
     /// ancestor messages applied.
     pub fn scan(&mut self, start: &[u8], end: Option<&[u8]>, limit: usize) -> Result<Vec<KeyValue>> {
+        let root = self.root;
+        scan_from(&mut Loading(&mut self.store), root, start, end, limit).map(|r| r.unwrap_or_default())
+    }
+
+    /// Like [`Tree::scan`] from cached nodes only; `None` on a miss.
+    pub fn scan_cached(&self, start: &[u8], end: Option<&[u8]>, limit: usize) -> Option<Result<Vec<KeyValue>>> {
+        scan_from(&mut CachedOnly(&self.store), self.root, start, end, limit).transpose()
+    }
+}
+
+/// Point read over `src`; `Ok(None)` when `src` missed a node.
+fn get_from(src: &mut impl Fetch, root: NodeId, key: &[u8]) -> Result<Option<Option<Vec<u8>>>> {
+    let mut msgs = Vec::new();
+    let mut id = root;
+    let hash = key_hash(key);
+    loop {
+        let Some(node) = src.fetch(id)? else { return Ok(None) };
+        let (height, child) = match node {
+            Node::Internal(n) => {
+                let i = child_index(&n.pivots, key);
+                let (Some(b), Some(&c)) = (n.buffers.get(i), n.children.get(i)) else {
+                    return Err(corrupt(format!("node {id}"), "pivot/child count mismatch"));
+                };
+                b.collect_for_key(key, hash, &mut msgs);
+                (n.height, c)
+            }
+            Node::Leaf(l) => {
+                let bi = child_index(&l.pivots, key);
+                let Some(b) = l.basements.get(bi) else {
+                    return Err(corrupt(format!("node {id}"), "basement count mismatch"));
+                };
+                return Ok(Some(finish_point_read(b.get(key).cloned(), b.max_msn, key, msgs)));
+            }
+        };
+        if height == 1 {
+            // The child is a leaf: an uncached leaf is read one basement at a time.
+            match src.probe_leaf(child, key)? {
+                LeafProbe::Value(v, floor) => return Ok(Some(finish_point_read(v, floor, key, msgs))),
+                LeafProbe::Miss => return Ok(None),
+                LeafProbe::UseNode => {}
+            }
+        }
+        id = child;
+    }
+}
+
+/// Applies the ancestor messages above `floor` (the basement's applied MSN) in MSN order.
+fn finish_point_read(mut v: Option<Vec<u8>>, floor: Msn, key: &[u8], mut msgs: Vec<Msg>) -> Option<Vec<u8>> {
+    msgs.sort_by_key(Msg::msn);
+    for m in msgs.iter().filter(|m| m.msn() > floor) {
+        v = apply_msg_to_value(v, key, m);
+    }
+    v
+}
+
+/// Range read over `src`; `Ok(None)` when `src` missed a node.
+fn scan_from(
+    src: &mut impl Fetch,
+    root: NodeId,
+    start: &[u8],
+    end: Option<&[u8]>,
+    limit: usize,
+) -> Result<Option<Vec<KeyValue>>> {
+    {
         let mut out = Vec::new();
         if limit == 0 || end.is_some_and(|e| e <= start) {
-            return Ok(out);
+            return Ok(Some(out));
         }
         let mut cursor = start.to_vec();
         loop {
             let mut msgs = Vec::new();
             let mut hi: Option<Vec<u8>> = None;
-            let mut id = self.root;
-            while let Node::Internal(n) = self.store.get(id)? {
+            let mut id = root;
+            loop {
+                let Some(node) = src.fetch(id)? else { return Ok(None) };
+                let Node::Internal(n) = node else { break };
                 let i = child_index(&n.pivots, &cursor);
                 if let Some(p) = n.pivots.get(i) {
                     hi = Some(p.clone());
@@ -464,7 +568,8 @@ impl Tree {
             }
             msgs.sort_by_key(Msg::msn);
             let qhi = min_bound(hi.as_deref(), end).map(<[u8]>::to_vec);
-            let Node::Leaf(leaf) = self.store.get(id)? else {
+            let Some(node) = src.fetch(id)? else { return Ok(None) };
+            let Node::Leaf(leaf) = node else {
                 return Err(corrupt(format!("node {id}"), "expected a leaf"));
             };
             let first = child_index(&leaf.pivots, &cursor);
@@ -490,21 +595,24 @@ impl Tree {
                 out.extend(entries);
                 if out.len() >= limit {
                     out.truncate(limit);
-                    return Ok(out);
+                    return Ok(Some(out));
                 }
             }
-            self.store.evict_to_budget(self.root)?;
+            src.after_leaf(root)?;
             match qhi {
-                None => return Ok(out),
+                None => return Ok(Some(out)),
                 Some(h) => {
                     if end.is_some_and(|e| h.as_slice() >= e) {
-                        return Ok(out);
+                        return Ok(Some(out));
                     }
                     cursor = h;
                 }
             }
         }
     }
+}
+
+impl Tree {
 
     // --------------------------------------------------------------------------------------
     // Checkpoint, bulk load

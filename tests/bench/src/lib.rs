@@ -1,6 +1,12 @@
-//! Side-by-side cluster benchmarks: the same load generator drives a three-node ftkv cluster and
-//! a three-node etcd cluster on this machine, alternately, and reports medians and ratios
-//! (BENCH.md, "How to measure honestly here").
+//! `ftkv-bench`: side-by-side benchmarks, outside the default test build (STYLE.md, after redb).
+//!
+//! - `ftkv-bench cluster`: the same load generator drives a three-node ftkv cluster and a
+//!   three-node etcd cluster on this machine, alternately, and reports medians and ratios
+//!   (BENCH.md, "How to measure honestly here").
+//! - `ftkv-bench engine`: the storage engines (fractal, sled, fjall) in-process.
+//!
+//! Depends on ftkv's client and engine crates and on the systems it compares against; nothing
+//! in ftkv depends on it.
 //!
 //! The load: `clients` concurrent tasks, each issuing one put at a time of a random key from
 //! `key_space` keys with a `value_size`-byte value, for `duration`. Latency is recorded per

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use ftkv_tests::bench::{self, plot, Load, RunResult, Target};
+use ftkv_bench::{self as bench, plot, Load, RunResult, Target};
 use serde::Serialize;
 
 #[derive(Parser)]

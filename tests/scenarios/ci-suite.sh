@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Short Jepsen-style suite for CI (about 20 minutes on 2 cores): every workload once under a mixed
+# nemesis for 25 s, the canaries (must be caught: exit 1), then the twelve scenarios.
+# Needs root, iproute2 and iptables (netns substrate), and the binaries built:
+#   cargo build -p ftkv-node -p ftkv-client -p ftkv-tests --bins
+# Usage: tests/scenarios/ci-suite.sh [STORE_DIR]   (exit 0 only when every verdict is as expected)
+set -u
+cd "$(dirname "$0")/../.."
+BIN=${FTKV_BIN_DIR:-target/debug}
+J="$BIN/ftkv-jepsen"
+STORE=${1:-target/jepsen-store}
+FAILED=0
+PASSED=0
+
+expect() { # expect CODE NAME ARGS...
+  local want=$1 name=$2; shift 2
+  "$J" "$@" --store "$STORE"
+  local got=$?
+  if [ "$got" -eq "$want" ]; then
+    echo "ci-suite: $name: exit $got as expected"; PASSED=$((PASSED + 1))
+  else
+    echo "ci-suite: $name: exit $got, expected $want"; FAILED=$((FAILED + 1))
+  fi
+}
+
+"$J" cleanup
+for w in register set counter bank append; do
+  expect 0 "$w" test --workload "$w" --nemesis partition,kill,pause --time-limit 25s --substrate netns \
+    --concurrency 5 --rate 50 --seed 1
+done
+expect 0 "set-disk" test --workload set --nemesis kill,disk --time-limit 25s --substrate netns --seed 2
+expect 0 "register-membership" test --workload register --nemesis membership --time-limit 25s --substrate netns --seed 3
+# Canary: reads served locally without ReadIndex must be caught by the register workload.
+expect 1 "canary-unsafe-local-reads" test --workload register --nemesis partition --time-limit 30s \
+  --substrate netns --concurrency 6 --rate 60 --seed 4 --node-arg=--unsafe-local-reads --name canary-local-reads
+expect 0 "scenarios" scenario tests/scenarios
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]
