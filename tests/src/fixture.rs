@@ -122,6 +122,15 @@ pub enum FixtureError {
     /// Building an `ftkv_client::Client` failed.
     #[error("client: {0}")]
     Client(#[from] ftkv_client::Error),
+    /// The cluster did not come up; every node's log tail is attached (the folder is gone
+    /// unless `FTKV_KEEP_TEST_DIR` is set).
+    #[error("cluster start failed: {source}\n{log_tails}")]
+    StartFailed {
+        /// Why.
+        source: Box<FixtureError>,
+        /// The last lines of every node's log.
+        log_tails: String,
+    },
     /// A node log mentions a panic.
     #[error("node {id} log mentions a panic:\n{lines}")]
     Panicked {
@@ -278,11 +287,19 @@ impl Cluster {
             slots: Mutex::new(slots),
             started_at: Instant::now(),
         };
-        for id in cluster.ids() {
-            cluster.spawn(id)?;
+        let started = async {
+            for id in cluster.ids() {
+                cluster.spawn(id)?;
+            }
+            cluster.wait_for_leader().await
+        };
+        match started.await {
+            Ok(_) => Ok(cluster),
+            Err(error) => Err(FixtureError::StartFailed {
+                source: Box::new(error),
+                log_tails: cluster.log_tails(40),
+            }),
         }
-        cluster.wait_for_leader().await?;
-        Ok(cluster)
     }
 
     /// The options this cluster was started with.
@@ -729,18 +746,26 @@ impl Cluster {
         run_ctl(&self.binaries, &full, Some(stdin), self.options.ctl_timeout).await
     }
 
+    /// Every node's log tail (`lines` lines each), each under a header naming the file.
+    pub fn log_tails(&self, lines: usize) -> String {
+        self.ids()
+            .into_iter()
+            .map(|id| {
+                let path = self
+                    .node(id)
+                    .map(|info| info.log_path.display().to_string())
+                    .unwrap_or_default();
+                format!(
+                    "===== node {id} log tail ({path}) =====\n{}\n",
+                    self.log_tail(id, lines)
+                )
+            })
+            .collect()
+    }
+
     /// Prints every node's log tail (`lines` lines each) to stderr.
     pub fn dump_logs(&self, lines: usize) {
-        for id in self.ids() {
-            let path = self
-                .node(id)
-                .map(|info| info.log_path.display().to_string())
-                .unwrap_or_default();
-            eprintln!(
-                "===== node {id} log tail ({path}) =====\n{}",
-                self.log_tail(id, lines)
-            );
-        }
+        eprint!("{}", self.log_tails(lines));
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, Slot>> {

@@ -166,6 +166,18 @@ async fn bad_input_is_refused_and_no_node_panics() {
         "ftkvctl names the limit: {}",
         out.stderr
     );
+    // a value over 1 MiB through stdin (too big for argv)
+    let big_text = "v".repeat(VALUE_LIMIT_BYTES + 1);
+    let out = cluster
+        .ctl_with_stdin(&["put", "cli/big"], &big_text)
+        .await
+        .unwrap();
+    assert!(!out.success(), "ftkvctl put of a 1 MiB + 1 value exited 0");
+    assert!(
+        out.stderr.contains("max_value_bytes"),
+        "ftkvctl names the limit: {}",
+        out.stderr
+    );
     // a txn of 10,001 ops through the CLI (stdin script)
     let mut script = String::from("\n");
     for i in 0..=BATCH_LIMIT_OPS {

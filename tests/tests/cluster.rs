@@ -437,3 +437,64 @@ async fn ftkvctl_json_contract() {
     assert!(!out.stdout.contains("cli-value"), "{out:?}");
     cluster.check_no_panics().unwrap();
 }
+
+/// The fixture itself: SIGTERM is a clean shutdown (exit 0), pause/resume and restart work,
+/// and dropping the cluster leaves no process behind, paused ones included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixture_lifecycle_leaves_no_process_behind() {
+    let _serial = serial().await;
+    let cluster = Cluster::start(ClusterOptions::default()).await.unwrap();
+    let client = cluster.client().await.unwrap();
+    client.put("life/k", "v").await.unwrap();
+    let leader = cluster.wait_for_leader().await.unwrap();
+    let follower = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
+
+    let status = cluster.stop(follower).await.unwrap();
+    assert!(
+        status.success(),
+        "SIGTERM should shut node {follower} down cleanly, got {status}"
+    );
+    assert!(!cluster.is_running(follower));
+    cluster.restart(follower).unwrap();
+    assert_eq!(cluster.starts(follower), 2);
+    client.put("life/k", "v2").await.unwrap();
+    let index = cluster.wait_all_caught_up().await.unwrap();
+    let local = cluster
+        .scan_node(follower, b"life/", b"life0", true)
+        .await
+        .unwrap();
+    assert_eq!(
+        local.get(b"life/k".as_slice()).map(Vec::as_slice),
+        Some(&b"v2"[..]),
+        "at index {index}"
+    );
+
+    cluster.pause(follower).unwrap();
+    assert!(cluster.is_paused(follower));
+    client.put("life/k", "v3").await.unwrap(); // a quorum remains
+    cluster.resume(follower).unwrap();
+    cluster.wait_all_caught_up().await.unwrap();
+
+    let pids: Vec<u32> = cluster
+        .ids()
+        .into_iter()
+        .filter_map(|id| cluster.pid(id))
+        .collect();
+    assert_eq!(pids.len(), 3);
+    cluster.pause(follower).unwrap();
+    let dir = cluster.dir().to_path_buf();
+    drop(cluster);
+    for pid in pids {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "process {pid} outlived the cluster"
+        );
+    }
+    if std::env::var_os("FTKV_KEEP_TEST_DIR").is_none() {
+        assert!(
+            !dir.exists(),
+            "the cluster folder {} was not removed",
+            dir.display()
+        );
+    }
+}

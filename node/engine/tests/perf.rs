@@ -2,7 +2,8 @@
 //! Quick in-process throughput figures (not a benchmark harness: ftkv-bench is). Ignored by
 //! default; run with
 //! `cargo test -p ftkv-engine --release --test perf -- --ignored --nocapture`
-//! (`FTKV_PERF_ROWS` sets the row count, default 1,000,000; `FTKV_PERF_ENGINES=fractal,sled`).
+//! (`FTKV_PERF_ROWS` sets the row count, default 1,000,000; `FTKV_PERF_ENGINES=fractal,sled`;
+//! `FTKV_PERF_CACHE_MB`, default 512).
 
 use std::time::Instant;
 
@@ -13,6 +14,13 @@ fn rows() -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000)
+}
+
+fn cache_mb() -> u64 {
+    std::env::var("FTKV_PERF_CACHE_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(512)
 }
 
 fn mix(mut x: u64) -> u64 {

@@ -35,8 +35,9 @@ use super::types::{
 /// Format version byte in front of every Raft entry record and Raft meta value.
 pub const LOG_RECORD_VERSION: u8 = 1;
 /// Most bytes returned by one `limited_get_log_entries` call (one AppendEntries payload). Must
-/// stay well under the peer message limit.
-pub const APPEND_ENTRIES_MAX_BYTES: usize = 8 * 1024 * 1024;
+/// stay well under the peer message limit, and small enough that sending it plus the follower's
+/// fsync fits in the AppendEntries timeout (openraft 0.9 uses the heartbeat interval).
+pub const APPEND_ENTRIES_MAX_BYTES: usize = 2 * 1024 * 1024;
 /// Chunk size for unlimited reads.
 const READ_CHUNK_BYTES: usize = 16 * 1024 * 1024;
 

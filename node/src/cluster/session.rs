@@ -6,7 +6,12 @@
 //! result is kept returns that result without being applied again; one below the window returns
 //! [`CommandResult::StaleSequence`]. Everything is bounded: [`MAX_RESULTS_PER_CLIENT`] results per
 //! client (older ones are dropped and the window raised), [`MAX_CLIENTS`] clients (the least
-//! recently used are evicted, by log index, so every replica evicts the same ones).
+//! recently used are evicted, by log index, so every replica evicts the same ones), and clients
+//! idle for [`SESSION_IDLE_ENTRIES`] log entries expire (a one-shot CLI process leaves its session
+//! behind; RIFL expires such leases the same way).
+//!
+//! Cost: the whole table is re-encoded into the engine metadata at every apply round, so its
+//! size bounds the per-round overhead (about 20 bytes per client plus its kept results).
 //!
 //! The table is part of the state machine: it is persisted with the engine metadata atomically with
 //! the data, and travels in snapshots.
@@ -20,7 +25,11 @@ use super::command::{CommandResult, Session};
 /// Most results remembered per client.
 pub const MAX_RESULTS_PER_CLIENT: usize = 1024;
 /// Most clients remembered; beyond it the least recently used are evicted.
-pub const MAX_CLIENTS: usize = 16 * 1024;
+pub const MAX_CLIENTS: usize = 4 * 1024;
+/// A client with no command in this many log entries is forgotten.
+pub const SESSION_IDLE_ENTRIES: u64 = 1_000_000;
+/// Idle clients are swept at most once per this many log entries.
+const SWEEP_EVERY_ENTRIES: u64 = 4096;
 /// Evict down to this many clients when [`MAX_CLIENTS`] is exceeded (amortizes the eviction scan).
 const CLIENTS_AFTER_EVICTION: usize = MAX_CLIENTS - MAX_CLIENTS / 8;
 
@@ -52,6 +61,8 @@ struct ClientSession {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionTable {
     clients: BTreeMap<u64, ClientSession>,
+    /// Log index at or after which the next idle sweep runs.
+    next_sweep_index: u64,
 }
 
 impl SessionTable {
@@ -104,6 +115,11 @@ impl SessionTable {
         }
         if self.clients.len() > MAX_CLIENTS {
             self.evict_least_recently_used();
+        }
+        if log_index >= self.next_sweep_index {
+            self.next_sweep_index = log_index.saturating_add(SWEEP_EVERY_ENTRIES);
+            let horizon = log_index.saturating_sub(SESSION_IDLE_ENTRIES);
+            self.clients.retain(|_, c| c.last_used_index >= horizon);
         }
     }
 
@@ -161,6 +177,21 @@ mod tests {
         assert_eq!(t.check(&s(1, 1, 1), n + 1), SessionCheck::Stale);
         assert_eq!(
             t.check(&s(1, n, 1), n + 1),
+            SessionCheck::Duplicate(CommandResult::Written)
+        );
+    }
+
+    #[test]
+    fn idle_clients_expire() {
+        let mut t = SessionTable::default();
+        t.record(&s(1, 1, 1), &CommandResult::Written, 10);
+        t.record(&s(2, 1, 1), &CommandResult::Written, SESSION_IDLE_ENTRIES);
+        let later = SESSION_IDLE_ENTRIES + SWEEP_EVERY_ENTRIES + 20;
+        t.record(&s(2, 2, 1), &CommandResult::Written, later);
+        assert_eq!(t.client_count(), 1);
+        assert_eq!(t.check(&s(1, 1, 1), later + 1), SessionCheck::Fresh);
+        assert_eq!(
+            t.check(&s(2, 1, 1), later + 1),
             SessionCheck::Duplicate(CommandResult::Written)
         );
     }

@@ -462,6 +462,70 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn txn_sees_range_ops_of_earlier_commands_in_the_same_round() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Arc::new(ModelEngine::new());
+        let mut sm = StateMachine::open(engine.clone(), dir.path()).unwrap();
+        engine
+            .write(
+                &[WriteOp::Put {
+                    key: b"c".to_vec(),
+                    value: b"x".to_vec(),
+                }],
+                None,
+            )
+            .unwrap();
+        let writes = Command::Write {
+            session: None,
+            ops: vec![
+                WriteOp::Put {
+                    key: b"a".to_vec(),
+                    value: b"1".to_vec(),
+                },
+                WriteOp::Put {
+                    key: b"b".to_vec(),
+                    value: b"2".to_vec(),
+                },
+                WriteOp::DeleteRange {
+                    start: b"a".to_vec(),
+                    end: Some(b"b".to_vec()),
+                },
+                WriteOp::UpsertRange {
+                    start: b"b".to_vec(),
+                    end: None,
+                    op: UpsertOp::Append(b"!".to_vec()),
+                },
+            ],
+        };
+        let cmp = |key: &[u8], target, op, operand: &[u8]| Compare {
+            key: key.to_vec(),
+            target,
+            op,
+            operand: operand.to_vec(),
+        };
+        let txn = Command::Txn {
+            session: None,
+            compares: vec![
+                cmp(b"a", CompareTarget::Exists, CompareOp::NotEqual, b""),
+                cmp(b"b", CompareTarget::Value, CompareOp::Equal, b"2!"),
+                cmp(b"c", CompareTarget::Value, CompareOp::Equal, b"x!"),
+            ],
+            success: vec![TxnOp::Get { key: b"c".to_vec() }],
+            failure: vec![],
+        };
+        let r = sm.apply(vec![entry(1, vec![writes, txn])]).await.unwrap();
+        assert_eq!(
+            r[0].results[1],
+            CommandResult::Txn {
+                succeeded: true,
+                results: vec![Some(b"x!".to_vec())]
+            }
+        );
+        assert_eq!(engine.get(b"a").unwrap(), None);
+        assert_eq!(engine.get(b"b").unwrap(), Some(b"2!".to_vec()));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn exactly_once_and_txn_reads_own_batch() {
         let dir = tempfile::tempdir().unwrap();
         let engine = Arc::new(ModelEngine::new());

@@ -234,6 +234,11 @@ async fn three_nodes_batched_writes_reads_failover_exactly_once() {
         counter(leader.engine().as_ref(), b"total"),
         (tasks * per_task) as i64
     );
+    let reads_started = Instant::now();
+    for _ in 0..100 {
+        leader.read_barrier().await.unwrap();
+    }
+    eprintln!("sequential read barriers: {:?} each", reads_started.elapsed() / 100);
     // Concurrent readers share rounds and all succeed.
     let mut readers = Vec::new();
     for _ in 0..32 {

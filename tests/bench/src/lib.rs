@@ -12,6 +12,7 @@
 //! `key_space` keys with a `value_size`-byte value, for `duration`. Latency is recorded per
 //! request in an HDR histogram, and per second for the latency-over-time plot.
 
+pub mod engine;
 pub mod etcd;
 pub mod ftkv;
 pub mod plot;

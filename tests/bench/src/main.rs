@@ -4,6 +4,10 @@
 //! starts each target as a three-node cluster on loopback, runs the same put load against the
 //! targets alternately (`runs` rounds), and writes `DIR/results.json` (every run plus medians and
 //! ratios) and `DIR/throughput.svg`, `DIR/latency_p99.svg`.
+//!
+//! `ftkv-bench engine --workload random-insert|beyond-memory|point-read|scan|compression|instant-ddl
+//! --engines fractal,sled,fjall [--rows N] [--memory-limit SIZE] [--runs 3] --json FILE` compares
+//! the storage engines, each run in a child process (see `ftkv_bench::engine`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -50,6 +54,15 @@ enum Cmd {
         /// First port used by the clusters.
         #[arg(long, default_value_t = 24000)]
         base_port: u16,
+    },
+    /// Storage engines side by side (fractal, sled, fjall), each run in a child process.
+    Engine(bench::engine::EngineArgs),
+    /// Internal: one engine run, started by `engine` (not for direct use).
+    #[command(hide = true)]
+    EngineChild {
+        /// The run, as JSON.
+        #[arg(long)]
+        spec: String,
     },
 }
 
@@ -99,8 +112,15 @@ async fn start_and_run(name: &str, base_port: u16, load: &Load, run: u64) -> any
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Cmd::Engine(args) => bench::engine::run(&args),
+        Cmd::EngineChild { spec } => bench::engine::child::run_child(&spec),
+        cluster @ Cmd::Cluster { .. } => tokio::runtime::Runtime::new()?.block_on(run_cluster(cluster)),
+    }
+}
+
+async fn run_cluster(cmd: Cmd) -> anyhow::Result<()> {
     let Cmd::Cluster {
         targets,
         clients,
@@ -110,7 +130,10 @@ async fn main() -> anyhow::Result<()> {
         key_space,
         out,
         base_port,
-    } = Cli::parse().command;
+    } = cmd
+    else {
+        anyhow::bail!("run_cluster needs the cluster command");
+    };
     let targets: Vec<String> = targets
         .split(',')
         .map(|s| s.trim().to_string())

@@ -132,12 +132,12 @@ async fn run_one(options: &TestOptions, interrupted: Arc<AtomicBool>) -> i32 {
 fn report(options: &TestOptions, outcome: &TestOutcome) {
     runner::print_results(outcome);
     println!("  verdict: {} (seed {})", outcome.verdict, options.seed);
-    if outcome.verdict != Verdict::Valid && outcome.verdict != Verdict::Unsupported {
-        if options.script.is_some() {
-            println!("  replay: ftkv-jepsen scenario <the scenario file>");
-        } else {
-            println!("  replay: {}", options.replay_command());
-        }
+    // Scenarios print their own replay line (the file) in the scenario loop.
+    if outcome.verdict != Verdict::Valid
+        && outcome.verdict != Verdict::Unsupported
+        && options.script.is_none()
+    {
+        println!("  replay: {}", options.replay_command());
     }
 }
 

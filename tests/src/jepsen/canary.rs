@@ -33,7 +33,11 @@ fn options(name: &str, node_args: &[&str]) -> (TestOptions, tempfile::TempDir) {
 async fn unsafe_local_reads_are_caught_by_register_under_partition() {
     let (o, _store) = options("canary-local-reads", &["--unsafe-local-reads"]);
     let outcome = run_test(&o, Arc::new(AtomicBool::new(false))).await.unwrap();
-    let lin = outcome.results.iter().find(|r| r.checker == "linearizable").unwrap();
+    let lin = outcome
+        .results
+        .iter()
+        .find(|r| r.checker == "linearizable")
+        .unwrap();
     assert_eq!(lin.verdict, Verdict::Invalid, "{}", lin.summary);
     assert_eq!(outcome.exit_code(), 1);
 }

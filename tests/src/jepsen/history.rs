@@ -339,6 +339,7 @@ pub mod build {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::build::*;
     use super::*;

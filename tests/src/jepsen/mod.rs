@@ -14,4 +14,5 @@ pub mod scenario;
 pub mod workload;
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod canary;

@@ -286,6 +286,13 @@ pub struct Nemesis {
     recorder: Recorder,
     rng: StdRng,
     isolated: Vec<u64>,
+    /// Members this nemesis stopped (killed, or removed).
+    stopped: std::collections::BTreeSet<u64>,
+    /// Members found not running although nobody stopped them.
+    crashed: std::collections::BTreeSet<u64>,
+    crashes: Vec<Value>,
+    /// Members whose log a disk fault corrupted since their last successful start.
+    corrupted: std::collections::BTreeSet<u64>,
 }
 
 fn err_value(e: &DbError) -> Value {
@@ -300,6 +307,10 @@ impl Nemesis {
             recorder,
             rng,
             isolated: Vec::new(),
+            stopped: Default::default(),
+            crashed: Default::default(),
+            crashes: Vec::new(),
+            corrupted: Default::default(),
         }
     }
 
@@ -327,8 +338,74 @@ impl Nemesis {
         }
     }
 
+    /// Unexpected node exits seen so far (a node not running that no fault stopped).
+    pub fn crashes(&self) -> Vec<Value> {
+        self.crashes.clone()
+    }
+
+    /// Records every member that is not running although nobody stopped it. A node whose log a
+    /// disk fault corrupted may instead refuse to start (allowed: "recover every acknowledged
+    /// write or refuse to start with a clear error"); it is then replaced by a fresh node under
+    /// a new id, as an operator would.
+    async fn detect_crashes(&mut self) {
+        for id in self.db.members() {
+            if self.db.is_running(id) {
+                // Survived its restart after a disk fault: from now on an exit is a crash.
+                if !self.stopped.contains(&id) {
+                    self.corrupted.remove(&id);
+                }
+                continue;
+            }
+            if self.stopped.contains(&id) || self.crashed.contains(&id) {
+                continue;
+            }
+            let log_tail = self
+                .db
+                .log_path(id)
+                .ok()
+                .and_then(|p| std::fs::read_to_string(p).ok())
+                .map(|t| {
+                    t.lines()
+                        .rev()
+                        .take(5)
+                        .collect::<Vec<_>>()
+                        .into_iter()
+                        .rev()
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
+                .unwrap_or_default();
+            let v = json!({"node": id, "at_ns": self.recorder.now_ns(), "log_tail": log_tail});
+            if self.corrupted.remove(&id) {
+                self.record(OpType::Info, "refused-to-start", v);
+                self.stopped.insert(id);
+                let replaced = self.replace_member(id).await;
+                self.record(OpType::Info, "replace-refused-node", replaced);
+                continue;
+            }
+            self.crashed.insert(id);
+            self.record(OpType::Info, "crash-detected", v.clone());
+            self.crashes.push(v);
+        }
+    }
+
+    fn kill_node(&mut self, id: u64) -> Result<(), DbError> {
+        self.stopped.insert(id);
+        self.db.kill(id)
+    }
+
+    fn restart_node(&mut self, id: u64) -> Result<(), DbError> {
+        let r = self.db.restart(id);
+        if r.is_ok() {
+            self.stopped.remove(&id);
+            self.crashed.remove(&id);
+        }
+        r
+    }
+
     /// Starts `fault`; records `start-<kind>` invoke and info. Returns what to undo.
     pub async fn start(&mut self, fault: &Fault) -> Active {
+        self.detect_crashes().await;
         let f = format!("start-{}", fault.kind().name());
         self.record(
             OpType::Invoke,
@@ -341,7 +418,7 @@ impl Nemesis {
                 let mut done = Vec::new();
                 let mut errors = Vec::new();
                 for &n in &nodes {
-                    match self.db.kill(n) {
+                    match self.kill_node(n) {
                         Ok(()) => done.push(n),
                         Err(e) => errors.push(e.to_string()),
                     }
@@ -381,9 +458,10 @@ impl Nemesis {
                 let mut value = json!({});
                 let mut killed = Vec::new();
                 if let Some(&n) = nodes.first() {
-                    match self.db.kill(n) {
+                    match self.kill_node(n) {
                         Ok(()) => {
                             killed.push(n);
+                            self.corrupted.insert(n);
                             let corrupted = self
                                 .db
                                 .data_dir(n)
@@ -407,6 +485,7 @@ impl Nemesis {
 
     /// Undoes `active`; records `stop-<kind>` invoke and info.
     pub async fn stop(&mut self, kind: NemesisKind, active: Active) {
+        self.detect_crashes().await;
         let f = format!("stop-{}", kind.name());
         self.record(OpType::Invoke, &f, Value::Null);
         let value = match active {
@@ -414,7 +493,7 @@ impl Nemesis {
                 let mut restarted = Vec::new();
                 let mut errors = Vec::new();
                 for n in nodes {
-                    match self.db.restart(n) {
+                    match self.restart_node(n) {
                         Ok(()) => restarted.push(n),
                         Err(e) => errors.push(format!("node {n}: {e}")),
                     }
@@ -446,13 +525,14 @@ impl Nemesis {
 
     /// Final heal: heal partitions, resume every member, start every member not running.
     pub async fn heal_all(&mut self) {
+        self.detect_crashes().await;
         self.record(OpType::Invoke, "heal-all", Value::Null);
         let _ = self.db.heal();
         self.isolated.clear();
         let mut started = Vec::new();
         for id in self.db.members() {
             let _ = self.db.resume(id);
-            if !self.db.is_running(id) && self.db.restart(id).is_ok() {
+            if !self.db.is_running(id) && self.restart_node(id).is_ok() {
                 started.push(id);
             }
         }
@@ -499,6 +579,12 @@ impl Nemesis {
         let Some(&old) = victims.first() else {
             return json!({"error": "no follower to replace"});
         };
+        self.replace_member(old).await
+    }
+
+    /// Removes member `old` from the cluster, stops and wipes it, starts a fresh node under a new
+    /// id, adds it as learner and promotes it. Returns what happened.
+    async fn replace_member(&mut self, old: u64) -> Value {
         let client = match ftkv_client::Client::builder()
             .endpoints(self.db.endpoints())
             .build()
@@ -510,7 +596,7 @@ impl Nemesis {
         if let Err(e) = client.remove(old).await {
             return json!({"error": format!("remove {old}: {e}")});
         }
-        let _ = self.db.kill(old);
+        let _ = self.kill_node(old);
         let _ = self.db.wipe(old);
         let (new, client_ep, peer_ep) = match self.db.add_node() {
             Ok(x) => x,
@@ -604,6 +690,7 @@ pub fn corrupt_newest_segment(data_dir: &Path, mode: DiskMode, rng: &mut StdRng)
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use rand::SeedableRng;

@@ -358,6 +358,7 @@ pub fn throughput_svg(history: &History, title: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::jepsen::history::build::*;

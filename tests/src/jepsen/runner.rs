@@ -346,10 +346,9 @@ async fn run_with_db(
             let mut client = None;
             let mut read_client = None;
             let mut process = recorder.new_process();
-            while !stop.load(Ordering::Relaxed)
-                && !interrupted.load(Ordering::Relaxed)
-                && Instant::now() < deadline
-            {
+            // Runs until the main loop says stop: the time limit, or the end of a longer script
+            // (scripted faults happen under load).
+            while !stop.load(Ordering::Relaxed) && !interrupted.load(Ordering::Relaxed) {
                 let endpoints = db.endpoints();
                 if client.is_none() || !endpoints.contains(&pinned) {
                     let Some(ep) = endpoints.get(w % endpoints.len().max(1)).cloned() else {
@@ -514,6 +513,7 @@ async fn run_with_db(
         ));
     }
     results.extend(script_result.lock().await.iter().cloned());
+    results.push(crash_result(&nemesis.lock().await.crashes()));
     let verdict = results.iter().fold(Verdict::Valid, |v, r| v.merge(r.verdict));
     write_report(options, dir, &history, &results, &finals, verdict)?;
     Ok(TestOutcome {
@@ -521,6 +521,26 @@ async fn run_with_db(
         dir: dir.to_path_buf(),
         verdict,
     })
+}
+
+/// The `crashes` check: no member process may exit on its own (a crash at start-up after a
+/// kill, a panic); `crashes` lists what the nemesis found.
+pub fn crash_result(crashes: &[Value]) -> CheckResult {
+    if crashes.is_empty() {
+        CheckResult::new(
+            "crashes",
+            Verdict::Valid,
+            "no node exited on its own",
+            json!({"crashes": []}),
+        )
+    } else {
+        CheckResult::new(
+            "crashes",
+            Verdict::Invalid,
+            format!("{} unexpected node exit(s); first: {}", crashes.len(), crashes[0]),
+            json!({ "crashes": crashes }),
+        )
+    }
 }
 
 /// Sleeps until `at`; false when interrupted meanwhile.
@@ -704,4 +724,78 @@ pub fn print_results(outcome: &TestOutcome) {
         println!("  {:<22} {:<11} {}", r.checker, r.verdict.to_string(), r.summary);
     }
     println!("  report: {}", outcome.dir.display());
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::jepsen::history::build::*;
+
+    #[test]
+    fn timestamp_is_a_sortable_utc_stamp() {
+        let t = timestamp();
+        assert_eq!(t.len(), 15, "{t}");
+        assert_eq!(&t[8..9], "T");
+        assert!(t[..8].chars().all(|c| c.is_ascii_digit()) && t[9..].chars().all(|c| c.is_ascii_digit()));
+        assert!(t.as_str() >= "20240101T000000");
+    }
+
+    #[test]
+    fn replay_command_names_every_choice() {
+        let mut o = TestOptions::new(WorkloadKind::Set);
+        o.nemeses = vec![NemesisKind::Kill, NemesisKind::Partition];
+        o.seed = 77;
+        o.time_limit_ms = 20_000;
+        o.node_args = vec!["--unsafe-local-reads".into()];
+        let cmd = o.replay_command();
+        for part in [
+            "--workload set",
+            "--nemesis kill,partition",
+            "--time-limit 20s",
+            "--seed 77",
+            "--node-arg=--unsafe-local-reads",
+        ] {
+            assert!(cmd.contains(part), "{cmd} lacks {part}");
+        }
+    }
+
+    #[test]
+    fn run_dir_is_created_and_latest_points_at_it() {
+        let store = tempfile::tempdir().unwrap();
+        let dir = make_run_dir(store.path(), "reg/ister kill").unwrap();
+        assert!(dir.is_dir());
+        assert!(dir.starts_with(store.path().join("reg_ister_kill")));
+        assert_eq!(
+            std::fs::canonicalize(store.path().join("latest")).unwrap(),
+            std::fs::canonicalize(&dir).unwrap()
+        );
+    }
+
+    #[test]
+    fn checkers_are_chosen_by_workload_and_report_is_written() {
+        let mut h = History::default();
+        h.push(invoke(0, "add", None, serde_json::json!(1)));
+        h.push(done(0, OpType::Ok, "add", None, serde_json::json!(1)));
+        h.push(invoke(0, "read", None, Value::Null));
+        h.push(done(0, OpType::Ok, "read", None, serde_json::json!([])));
+        let mut o = TestOptions::new(WorkloadKind::Set);
+        o.name = "t".into();
+        let results = run_checkers(&o, &h, &[]);
+        let names: Vec<&str> = results.iter().map(|r| r.checker.as_str()).collect();
+        assert_eq!(names, vec!["set", "convergence", "liveness"]);
+        assert_eq!(
+            results[0].verdict,
+            Verdict::Invalid,
+            "the acknowledged add is lost"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        write_report(&o, dir.path(), &h, &results, &[], Verdict::Invalid).unwrap();
+        for f in ["results.json", "timeline.html", "latency.svg", "throughput.svg"] {
+            assert!(dir.path().join(f).is_file(), "{f}");
+        }
+        let r: Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("results.json")).unwrap()).unwrap();
+        assert_eq!(r["verdict"], serde_json::json!("invalid"));
+    }
 }

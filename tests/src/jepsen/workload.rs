@@ -587,6 +587,7 @@ async fn append_txn(kind: WorkloadKind, client: &Client, op: &PlannedOp) -> Comp
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use rand::SeedableRng;

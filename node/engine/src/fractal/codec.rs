@@ -704,11 +704,14 @@ pub fn node_header_len(fixed: &[u8], location: &str) -> Result<usize> {
         if r.take(8)? != NODE_MAGIC {
             return Err("bad node magic".into());
         }
-        r.take(24)?;
+        // version, id, height, kind, compression, padding
+        r.take(20)?;
         let nparts = r.u32()? as usize;
         let header_len = r.u32()? as usize;
         if nparts > (1 << 20) || header_len != NODE_FIXED_HEADER_BYTES + PARTITION_ENTRY_BYTES * nparts + 4 {
-            return Err(format!("header length {header_len} does not match {nparts} partitions"));
+            return Err(format!(
+                "header length {header_len} does not match {nparts} partitions"
+            ));
         }
         Ok(header_len)
     })();
@@ -725,7 +728,10 @@ pub fn decode_node_index(header: &[u8], expect_id: NodeId, location: &str) -> Re
         }
         let version = r.u32()?;
         if version > FORMAT_VERSION {
-            return Ok(Err(EngineError::UnsupportedVersion { found: version, supported: FORMAT_VERSION }));
+            return Ok(Err(EngineError::UnsupportedVersion {
+                found: version,
+                supported: FORMAT_VERSION,
+            }));
         }
         let id = r.u64()?;
         if id != expect_id {
@@ -739,10 +745,19 @@ pub fn decode_node_index(header: &[u8], expect_id: NodeId, location: &str) -> Re
         r.take(8)?;
         let mut parts = Vec::with_capacity(nparts.min(1 << 16));
         for _ in 0..nparts {
-            parts.push(PartEntry { offset: r.u32()?, len: r.u32()?, raw_len: r.u32()?, crc: r.u32()? });
+            parts.push(PartEntry {
+                offset: r.u32()?,
+                len: r.u32()?,
+                raw_len: r.u32()?,
+                crc: r.u32()?,
+            });
         }
         r.done()?;
-        Ok(Ok(NodeIndex { height, compressed, parts }))
+        Ok(Ok(NodeIndex {
+            height,
+            compressed,
+            parts,
+        }))
     })();
     res.map_err(|d| corruption(location, d))?
 }

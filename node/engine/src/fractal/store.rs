@@ -18,9 +18,9 @@ use std::sync::Arc;
 use ftkv_vfs::VfsFile;
 
 use super::codec::{
-    align_up, decode_basement_partition, decode_leaf_pivots, decode_node, decode_node_index, decode_partition,
-    encode_btt, encode_header, encode_node, node_header_len, BlockLoc, BttImage, Header, NodeIndex, PartEntry,
-    DATA_START, HEADER_SLOT_BYTES, NODE_FIXED_HEADER_BYTES,
+    align_up, decode_basement_partition, decode_leaf_pivots, decode_node, decode_node_index,
+    decode_partition, encode_btt, encode_header, encode_node, node_header_len, BlockLoc, BttImage, Header,
+    NodeIndex, PartEntry, DATA_START, HEADER_SLOT_BYTES, NODE_FIXED_HEADER_BYTES,
 };
 use super::msg::Msn;
 use super::node::{child_index, Basement, Node, NodeId};
@@ -417,15 +417,24 @@ impl Store {
     fn read_span(&self, id: NodeId, loc: &BlockLoc, off: u64, len: u64) -> Result<Vec<u8>> {
         let location = self.location(id, loc);
         if off + len > u64::from(loc.size) {
-            return Err(EngineError::Corruption { location, detail: format!("span {off}+{len} outside block") });
+            return Err(EngineError::Corruption {
+                location,
+                detail: format!("span {off}+{len} outside block"),
+            });
         }
         let mut buf = vec![0u8; len as usize];
-        self.file.read_exact_at(&mut buf, loc.offset + off).map_err(|source| match source.kind() {
-            std::io::ErrorKind::UnexpectedEof => {
-                EngineError::Corruption { location: location.clone(), detail: "block past end of file".into() }
-            }
-            _ => EngineError::Io { context: format!("read {location}"), source },
-        })?;
+        self.file
+            .read_exact_at(&mut buf, loc.offset + off)
+            .map_err(|source| match source.kind() {
+                std::io::ErrorKind::UnexpectedEof => EngineError::Corruption {
+                    location: location.clone(),
+                    detail: "block past end of file".into(),
+                },
+                _ => EngineError::Io {
+                    context: format!("read {location}"),
+                    source,
+                },
+            })?;
         Ok(buf)
     }
 
@@ -455,25 +464,47 @@ impl Store {
             let header = self.read_span(id, &loc, 0, header_len as u64)?;
             let index = decode_node_index(&header, id, &location)?;
             if index.height != 0 || index.parts.len() < 2 {
-                return Err(EngineError::Corruption { location, detail: "expected a leaf".into() });
+                return Err(EngineError::Corruption {
+                    location,
+                    detail: "expected a leaf".into(),
+                });
             }
             let p0 = index.parts[0];
             let raw = self.read_partition(id, &loc, &p0, index.compressed)?;
             let pivots = decode_leaf_pivots(&raw, index.parts.len() - 1, &location)?;
             let bytes = pivots.iter().map(|p| p.len() + 16).sum::<usize>() + index.parts.len() * 16;
             self.partial_bytes += bytes;
-            self.partial.insert(id, PartialLeaf { loc, index, pivots, basements: HashMap::new(), bytes });
+            self.partial.insert(
+                id,
+                PartialLeaf {
+                    loc,
+                    index,
+                    pivots,
+                    basements: HashMap::new(),
+                    bytes,
+                },
+            );
         }
         let (bi, entry, compressed) = match self.partial.get(&id) {
             Some(p) => {
                 let bi = child_index(&p.pivots, key);
-                let entry = p.index.parts.get(bi + 1).copied().ok_or_else(|| EngineError::Corruption {
-                    location: location.clone(),
-                    detail: format!("no partition for basement {bi}"),
-                })?;
+                let entry = p
+                    .index
+                    .parts
+                    .get(bi + 1)
+                    .copied()
+                    .ok_or_else(|| EngineError::Corruption {
+                        location: location.clone(),
+                        detail: format!("no partition for basement {bi}"),
+                    })?;
                 (bi, entry, p.index.compressed)
             }
-            None => return Err(EngineError::Corruption { location, detail: "partial leaf vanished".into() }),
+            None => {
+                return Err(EngineError::Corruption {
+                    location,
+                    detail: "partial leaf vanished".into(),
+                })
+            }
         };
         let raw = self.read_partition(id, &loc, &entry, compressed)?;
         let b = decode_basement_partition(&raw, &location)?;
@@ -492,7 +523,9 @@ impl Store {
     fn trim_partial(&mut self, keep: NodeId) {
         let cap = self.budget_bytes / 4;
         while self.partial_bytes > cap {
-            let Some(victim) = self.partial.keys().copied().find(|k| *k != keep) else { break };
+            let Some(victim) = self.partial.keys().copied().find(|k| *k != keep) else {
+                break;
+            };
             if let Some(p) = self.partial.remove(&victim) {
                 self.partial_bytes -= p.bytes;
             }

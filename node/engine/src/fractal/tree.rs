@@ -484,7 +484,12 @@ impl Tree {
     }
 
     /// Like [`Tree::scan`] from cached nodes only; `None` on a miss.
-    pub fn scan_cached(&self, start: &[u8], end: Option<&[u8]>, limit: usize) -> Option<Result<Vec<KeyValue>>> {
+    pub fn scan_cached(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Option<Result<Vec<KeyValue>>> {
         scan_from(&mut CachedOnly(&self.store), self.root, start, end, limit).transpose()
     }
 }
@@ -495,7 +500,9 @@ fn get_from(src: &mut impl Fetch, root: NodeId, key: &[u8]) -> Result<Option<Opt
     let mut id = root;
     let hash = key_hash(key);
     loop {
-        let Some(node) = src.fetch(id)? else { return Ok(None) };
+        let Some(node) = src.fetch(id)? else {
+            return Ok(None);
+        };
         let (height, child) = match node {
             Node::Internal(n) => {
                 let i = child_index(&n.pivots, key);
@@ -553,7 +560,9 @@ fn scan_from(
             let mut hi: Option<Vec<u8>> = None;
             let mut id = root;
             loop {
-                let Some(node) = src.fetch(id)? else { return Ok(None) };
+                let Some(node) = src.fetch(id)? else {
+                    return Ok(None);
+                };
                 let Node::Internal(n) = node else { break };
                 let i = child_index(&n.pivots, &cursor);
                 if let Some(p) = n.pivots.get(i) {
@@ -568,7 +577,9 @@ fn scan_from(
             }
             msgs.sort_by_key(Msg::msn);
             let qhi = min_bound(hi.as_deref(), end).map(<[u8]>::to_vec);
-            let Some(node) = src.fetch(id)? else { return Ok(None) };
+            let Some(node) = src.fetch(id)? else {
+                return Ok(None);
+            };
             let Node::Leaf(leaf) = node else {
                 return Err(corrupt(format!("node {id}"), "expected a leaf"));
             };
@@ -613,7 +624,6 @@ fn scan_from(
 }
 
 impl Tree {
-
     // --------------------------------------------------------------------------------------
     // Checkpoint, bulk load
     // --------------------------------------------------------------------------------------

@@ -138,8 +138,8 @@ fn sccs(nodes: &BTreeSet<usize>, adj: &HashMap<usize, Vec<(usize, u8)>>) -> Vec<
             if *i < succ.len() {
                 let w = succ[*i].0;
                 *i += 1;
-                if !index.contains_key(&w) {
-                    index.insert(w, counter);
+                if let std::collections::hash_map::Entry::Vacant(slot) = index.entry(w) {
+                    slot.insert(counter);
                     low.insert(w, counter);
                     counter += 1;
                     stack.push(w);
@@ -542,6 +542,7 @@ pub fn check(history: &History) -> CheckResult {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::jepsen::history::build::*;

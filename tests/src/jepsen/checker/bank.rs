@@ -80,6 +80,7 @@ pub fn check(history: &History, options: &BankOptions) -> CheckResult {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::jepsen::history::build::*;

@@ -119,6 +119,7 @@ pub fn check_liveness(states: &[NodeFinalState], bound_ms: u64) -> CheckResult {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

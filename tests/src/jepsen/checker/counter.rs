@@ -120,6 +120,7 @@ pub fn check(history: &History) -> CheckResult {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::jepsen::history::build::*;

@@ -197,7 +197,7 @@ fn check_key(ops: &[KeyOp], max_steps: u64) -> KeyOutcome {
         prev[e] = last;
         last = e;
     }
-    let is_call = |e: usize| (e - 1) % 2 == 0;
+    let is_call = |e: usize| (e - 1).is_multiple_of(2);
     let op_of = |e: usize| (e - 1) / 2;
     let ret_of_call = |e: usize| e + 1;
     let is_info_return = |e: usize| !is_call(e) && ops[op_of(e)].ret.is_none();
@@ -361,6 +361,7 @@ pub fn check(history: &History, options: LinearizableOptions) -> CheckResult {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::jepsen::history::build::*;

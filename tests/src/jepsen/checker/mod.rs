@@ -102,6 +102,7 @@ pub(crate) fn key_string(v: &Option<Value>) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
