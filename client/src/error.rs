@@ -68,7 +68,8 @@ pub enum Error {
     /// `ack_all_timeout_ms` (`ack = "all"`). The write is durable; do not retry it.
     #[error("committed but not yet on all replicas{}: {message}", index_suffix(.log_index))]
     NotOnAllReplicas {
-        /// Log index of the entry, when the node reported it (as `log_index=N` in the message).
+        /// Log index of the entry, when the node reported it (`ErrorInfo.log_index`, or
+        /// `log_index=N` in the message of older nodes).
         log_index: Option<u64>,
         /// What the node said.
         message: String,
@@ -251,7 +252,11 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
             Kind::NotOnAllReplicas => {
                 return Failure {
                     error: Error::NotOnAllReplicas {
-                        log_index: parse_log_index(&text),
+                        log_index: if info.log_index != 0 {
+                            Some(info.log_index)
+                        } else {
+                            parse_log_index(&text)
+                        },
                         message: text,
                     },
                     not_applied: false,

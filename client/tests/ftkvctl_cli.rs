@@ -168,7 +168,7 @@ async fn bench_put_prints_one_json_object() {
         "--clients",
         "4",
         "--duration",
-        "1s",
+        "2500ms",
     ];
     let o = ctl(&args, "").await;
     assert!(o.status.success(), "{}", stderr(&o));

@@ -221,6 +221,22 @@ impl Playground {
         Ok(())
     }
 
+    /// Prints (once) each child that exited since the last call, with the tail of its log, and
+    /// keeps the others running: a user may kill nodes on purpose to watch the failover.
+    pub fn report_exits(&mut self) {
+        for n in &mut self.nodes {
+            let exited = n.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+            if let Some(code) = exited {
+                n.child = None;
+                eprintln!(
+                    "playground: node {} exited ({code}); the others keep running. Its log ends:\n{}",
+                    n.id,
+                    tail(&n.log_path, 10)
+                );
+            }
+        }
+    }
+
     /// SIGTERMs every child and waits (SIGKILL after 10 s).
     pub fn stop_all(&mut self) {
         for n in &mut self.nodes {
@@ -327,12 +343,7 @@ pub async fn run(args: PlaygroundArgs) -> anyhow::Result<()> {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
-            _ = tick.tick() => {
-                if let Err(e) = pg.check_children() {
-                    pg.stop_all();
-                    return Err(e);
-                }
-            }
+            _ = tick.tick() => pg.report_exits(),
         }
     }
     println!("stopping the playground");

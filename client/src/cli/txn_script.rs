@@ -81,9 +81,9 @@ pub fn parse(script: &str, hex: bool) -> Result<Txn, ScriptError> {
 /// A token of a compare line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Token {
-    /// A bare word or the text of a quoted string (quoted = true).
+    /// A bare word, or the bytes of a quoted string (quoted = true).
     Text {
-        text: String,
+        bytes: Vec<u8>,
         quoted: bool,
     },
     LParen,
@@ -93,31 +93,33 @@ enum Token {
     Cmp(CompareResult),
 }
 
-/// Reads a double-quoted string starting after the opening quote; returns it and the rest.
-fn read_quoted(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> Result<String, String> {
-    let mut out = String::new();
+/// Reads a double-quoted string starting after the opening quote, as bytes: typed characters
+/// in UTF-8, `\xHH` escapes as single raw bytes.
+fn read_quoted(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    let mut utf8 = [0u8; 4];
     loop {
         match chars.next() {
             None => return Err("unterminated string (missing closing \")".to_string()),
             Some('"') => return Ok(out),
             Some('\\') => match chars.next() {
-                Some('"') => out.push('"'),
-                Some('\\') => out.push('\\'),
-                Some('n') => out.push('\n'),
-                Some('t') => out.push('\t'),
+                Some('"') => out.push(b'"'),
+                Some('\\') => out.push(b'\\'),
+                Some('n') => out.push(b'\n'),
+                Some('t') => out.push(b'\t'),
                 Some('x') => {
                     let hi = chars.next().and_then(|c| c.to_digit(16));
                     let lo = chars.next().and_then(|c| c.to_digit(16));
                     match (hi, lo) {
-                        // Two hex digits make a byte value < 256, a valid char as Latin-1.
-                        (Some(h), Some(l)) => out.push(char::from((h * 16 + l) as u8)),
+                        // Two hex digits: a value below 256, so the narrowing is exact.
+                        (Some(h), Some(l)) => out.push((h * 16 + l) as u8),
                         _ => return Err("\\x must be followed by two hex digits".to_string()),
                     }
                 }
                 Some(c) => return Err(format!("unknown escape \\{c}")),
                 None => return Err("unterminated string (ends in \\)".to_string()),
             },
-            Some(c) => out.push(c),
+            Some(c) => out.extend_from_slice(c.encode_utf8(&mut utf8).as_bytes()),
         }
     }
 }
@@ -141,7 +143,7 @@ fn lex_compare(line: &str) -> Result<Vec<Token>, String> {
             '"' => {
                 chars.next();
                 tokens.push(Token::Text {
-                    text: read_quoted(&mut chars)?,
+                    bytes: read_quoted(&mut chars)?,
                     quoted: true,
                 });
             }
@@ -179,7 +181,7 @@ fn lex_compare(line: &str) -> Result<Vec<Token>, String> {
                     chars.next();
                 }
                 tokens.push(Token::Text {
-                    text: word,
+                    bytes: word.into_bytes(),
                     quoted: false,
                 });
             }
@@ -189,7 +191,7 @@ fn lex_compare(line: &str) -> Result<Vec<Token>, String> {
 }
 
 /// Splits an op line into words: bare words or double-quoted strings.
-fn lex_words(line: &str) -> Result<Vec<String>, String> {
+fn lex_words(line: &str) -> Result<Vec<Vec<u8>>, String> {
     let mut words = Vec::new();
     let mut chars = line.chars().peekable();
     while let Some(&c) = chars.peek() {
@@ -213,28 +215,19 @@ fn lex_words(line: &str) -> Result<Vec<String>, String> {
                 word.push(c);
                 chars.next();
             }
-            words.push(word);
+            words.push(word.into_bytes());
         }
     }
     Ok(words)
 }
 
-/// Turns script text into bytes: hex-decoded with `--hex`; otherwise UTF-8, except that
-/// `\xHH` escapes (stored as chars U+0000..U+00FF by the lexer) become single raw bytes.
-fn to_bytes(text: &str, quoted: bool, hex: bool) -> Result<Vec<u8>, String> {
+/// The bytes of a key or value: hex-decoded with `--hex`, else as written.
+fn to_bytes(word: &[u8], hex: bool) -> Result<Vec<u8>, String> {
     if hex {
+        let text = std::str::from_utf8(word).map_err(|_| "hex text must be ASCII".to_string())?;
         return super::hex::decode(text).map_err(|e| e.to_string());
     }
-    if !quoted {
-        return Ok(text.as_bytes().to_vec());
-    }
-    // Quoted strings may hold \xHH bytes; the lexer stores them as chars below U+0100, which
-    // are indistinguishable from typed Latin-1 letters, so raw bytes are taken only when every
-    // char fits in a byte and some is not ASCII; otherwise UTF-8.
-    if text.chars().all(|c| u32::from(c) < 0x100) && !text.is_ascii() {
-        return Ok(text.chars().map(|c| u32::from(c) as u8).collect());
-    }
-    Ok(text.as_bytes().to_vec())
+    Ok(word.to_vec())
 }
 
 fn parse_compare(line: &str, hex: bool) -> Result<Compare, String> {
@@ -246,17 +239,18 @@ fn parse_compare(line: &str, hex: bool) -> Result<Compare, String> {
         _ => (false, tokens.as_slice()),
     };
     let [Token::Text {
-        text: func,
+        bytes: func,
         quoted: false,
-    }, Token::LParen, Token::Text { text: key, quoted }, Token::RParen, tail @ ..] = rest
+    }, Token::LParen, Token::Text { bytes: key, .. }, Token::RParen, tail @ ..] = rest
     else {
         return Err(usage.to_string());
     };
-    let key = to_bytes(key, *quoted, hex)?;
+    let func = String::from_utf8_lossy(func);
+    let key = to_bytes(key, hex)?;
     if key.is_empty() {
         return Err("empty key in compare".to_string());
     }
-    match (func.as_str(), negated, tail) {
+    match (func.as_ref(), negated, tail) {
         ("exists", neg, []) => Ok(Compare {
             key,
             target: CompareTarget::Exists,
@@ -273,11 +267,11 @@ fn parse_compare(line: &str, hex: bool) -> Result<Compare, String> {
             result: CompareResult::NotEqual,
             value: Vec::new(),
         }),
-        ("value", false, [Token::Cmp(result), Token::Text { text, quoted }]) => Ok(Compare {
+        ("value", false, [Token::Cmp(result), Token::Text { bytes, .. }]) => Ok(Compare {
             key,
             target: CompareTarget::Value,
             result: *result,
-            value: to_bytes(text, *quoted, hex)?,
+            value: to_bytes(bytes, hex)?,
         }),
         ("value", false, [Token::Cmp(_)]) => Err("missing operand after the comparison operator".to_string()),
         ("value", false, []) => {
@@ -293,7 +287,8 @@ fn parse_op(line: &str, hex: bool) -> Result<TxnOp, String> {
     let Some((verb, args)) = words.split_first() else {
         return Err("empty op".to_string());
     };
-    let bytes = |s: &String| to_bytes(s, true, hex);
+    let verb = String::from_utf8_lossy(verb);
+    let bytes = |word: &Vec<u8>| to_bytes(word, hex);
     let want = |n: usize, form: &str| -> Result<(), String> {
         if args.len() == n {
             Ok(())
@@ -304,15 +299,15 @@ fn parse_op(line: &str, hex: bool) -> Result<TxnOp, String> {
             ))
         }
     };
-    let key = |s: &String| -> Result<Vec<u8>, String> {
-        let k = bytes(s)?;
+    let key = |word: &Vec<u8>| -> Result<Vec<u8>, String> {
+        let k = bytes(word)?;
         if k.is_empty() {
             Err("empty key".to_string())
         } else {
             Ok(k)
         }
     };
-    match verb.as_str() {
+    match verb.as_ref() {
         "put" => {
             want(2, "put KEY VALUE")?;
             Ok(TxnOp::Put {
@@ -330,9 +325,10 @@ fn parse_op(line: &str, hex: bool) -> Result<TxnOp, String> {
         }
         "add" => {
             want(2, "add KEY N")?;
-            let n: i64 = args[1]
+            let text = String::from_utf8_lossy(&args[1]);
+            let n: i64 = text
                 .parse()
-                .map_err(|_| format!("add needs an integer, got {:?}", args[1]))?;
+                .map_err(|_| format!("add needs an integer, got {text:?}"))?;
             Ok(TxnOp::Upsert {
                 key: key(&args[0])?,
                 op: UpsertOp::Add(n),
@@ -471,7 +467,23 @@ mod tests {
                 value: vec![0x00, 0xff]
             }
         );
-        // Non-ASCII text stays UTF-8.
+        // Non-ASCII text stays UTF-8, also when every char is below U+0100.
+        let t = parse("\nput k \"héllo\"\n", false).unwrap();
+        assert_eq!(
+            t.success[0],
+            TxnOp::Put {
+                key: b"k".to_vec(),
+                value: "héllo".as_bytes().to_vec()
+            }
+        );
+        let t = parse("\nput k \"é\\xe9\"\n", false).unwrap();
+        assert_eq!(
+            t.success[0],
+            TxnOp::Put {
+                key: b"k".to_vec(),
+                value: vec![0xc3, 0xa9, 0xe9]
+            }
+        );
         let t = parse("\nput k \"héllo €\"\n", false).unwrap();
         assert_eq!(
             t.success[0],

@@ -16,8 +16,8 @@ use proptest::prelude::*;
 
 /// Small shapes so splits, flushes, merges and several levels happen with few keys.
 pub const SMALL: TreeParams = TreeParams {
-    node_size_bytes: 1024,
-    basement_size_bytes: 256,
+    node_size_bytes: 2048,
+    basement_size_bytes: 512,
     fanout: 4,
 };
 

@@ -70,6 +70,16 @@ fn run(kind: EngineKind, n: u64) {
     let t = Instant::now();
     e.checkpoint().unwrap();
     let ckpt = t.elapsed();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let rss: Vec<&str> = status
+        .lines()
+        .filter(|l| l.starts_with("VmRSS") || l.starts_with("VmHWM"))
+        .collect();
+    eprintln!(
+        "{:>8}: {}",
+        kind.as_str(),
+        rss.join(" | ").split_whitespace().collect::<Vec<_>>().join(" ")
+    );
     let reads = n.min(200_000);
     let t = Instant::now();
     for r in 0..reads {
@@ -102,6 +112,48 @@ fn random_inserts_and_point_reads_fractal_vs_sled() {
             "fractal" => run(EngineKind::Fractal, n),
             "sled" => run(EngineKind::Sled, n),
             other => panic!("unknown engine {other}"),
+        }
+    }
+}
+
+fn rss_kb() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Cache bytes counted by the engine vs the process RSS while inserting past the budget.
+#[test]
+#[ignore = "memory figures; run manually in release"]
+fn fractal_cache_budget_vs_rss() {
+    let n = rows();
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = EngineOptions {
+        dir: tmp.path().join("e"),
+        cache_size_bytes: cache_mb() << 20,
+        compression_level: Some(1),
+    };
+    let e = ftkv_engine::fractal::FractalEngine::open(ftkv_vfs::RealVfs::new(), &opts).unwrap();
+    let mut i = 0;
+    while i < n {
+        let ops: Vec<WriteOp> = (i..(i + 1000).min(n))
+            .map(|j| WriteOp::Put {
+                key: key(j),
+                value: value(j),
+            })
+            .collect();
+        ftkv_engine::Engine::write(&e, &ops, None).unwrap();
+        i += 1000;
+        if i % (n / 10).max(1000) == 0 {
+            eprintln!(
+                "{i:>9} rows: cached {:>6} KiB, RSS {:>7} KiB",
+                e.cached_bytes() >> 10,
+                rss_kb()
+            );
         }
     }
 }

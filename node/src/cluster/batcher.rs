@@ -36,9 +36,9 @@ struct Proposal {
 /// Counters of the batcher.
 #[derive(Debug, Default)]
 pub struct BatchStats {
-    /// Entries proposed.
+    /// Entries this node proposed and saw committed.
     pub entries: AtomicU64,
-    /// Commands proposed.
+    /// Commands in those entries.
     pub commands: AtomicU64,
 }
 
@@ -183,13 +183,23 @@ async fn run(raft: Raft, config: BatcherConfig, mut rx: mpsc::Receiver<Proposal>
                 Err(_) => break,
             }
         }
-        stats.entries.fetch_add(1, Ordering::Relaxed);
-        stats.commands.fetch_add(batch.len() as u64, Ordering::Relaxed);
-        tokio::spawn(propose(raft.clone(), config.clone(), batch, permit));
+        tokio::spawn(propose(
+            raft.clone(),
+            config.clone(),
+            batch,
+            permit,
+            stats.clone(),
+        ));
     }
 }
 
-async fn propose(raft: Raft, config: BatcherConfig, batch: Vec<Proposal>, permit: OwnedSemaphorePermit) {
+async fn propose(
+    raft: Raft,
+    config: BatcherConfig,
+    batch: Vec<Proposal>,
+    permit: OwnedSemaphorePermit,
+    stats: Arc<BatchStats>,
+) {
     let mut commands = Vec::with_capacity(batch.len());
     let mut replies = Vec::with_capacity(batch.len());
     for p in batch {
@@ -199,7 +209,12 @@ async fn propose(raft: Raft, config: BatcherConfig, batch: Vec<Proposal>, permit
     let outcome = propose_entry(&raft, &config, commands).await;
     drop(permit);
     let (results, index) = match outcome {
-        Ok(v) => v,
+        Ok(v) => {
+            // Only entries this node committed as leader count (not proposals refused as a follower).
+            stats.entries.fetch_add(1, Ordering::Relaxed);
+            stats.commands.fetch_add(replies.len() as u64, Ordering::Relaxed);
+            v
+        }
         Err(e) => {
             for reply in replies {
                 let _ = reply.send(Err(e.clone()));

@@ -6,8 +6,11 @@
 //! - `append(entries, cb)` -> `Log::append` whose callback fires only after fdatasync and then calls
 //!   `cb.log_io_completed` (MySQL semi-sync `AFTER_SYNC`: a follower acknowledges only durable
 //!   entries).
-//! - `save_vote` -> durable meta `raft.vote`; `save_committed` -> meta `raft.committed` riding the
-//!   next group flush (openraft issue 1511: a restarted node re-applies committed entries).
+//! - `save_vote` -> durable meta `raft.vote`; `save_committed` -> kept in memory and written as
+//!   meta `raft.committed` together with the next `append` (and at shutdown), so it rides that
+//!   group flush instead of costing an fsync of its own (openraft issue 1511: a restarted node
+//!   re-applies committed entries). A stale saved value only shortens the replay at restart; the
+//!   rest is re-committed by the leader.
 //! - `purge(id)` -> durable meta `raft.last_purged` first, then `Log::purge` (no hole, the purge
 //!   point survives a crash between the two).
 //! - `truncate(id)` -> `Log::truncate` (durable before return).
@@ -70,6 +73,8 @@ struct Shared {
     last_purged: Mutex<Option<LogId>>,
     /// Latest committed index saved (for status).
     committed_index: AtomicU64,
+    /// Latest committed log id not yet written to the log (written with the next append).
+    pending_committed: Mutex<Option<Option<LogId>>>,
     /// Byte cap of one `limited_get_log_entries` answer.
     append_entries_max_bytes: usize,
     /// TEST ONLY canary: complete appends before fsync (breaks durability on purpose).
@@ -106,6 +111,7 @@ impl LogStore {
                 last_log_id: Mutex::new(None),
                 last_purged: Mutex::new(last_purged),
                 committed_index: AtomicU64::new(committed.map_or(0, |c| c.index)),
+                pending_committed: Mutex::new(None),
                 append_entries_max_bytes,
                 unsafe_ack_before_fsync,
             }),
@@ -123,6 +129,18 @@ impl LogStore {
     /// Latest commit index this node has saved (0 when none).
     pub fn committed_index(&self) -> u64 {
         self.shared.committed_index.load(Ordering::Relaxed)
+    }
+
+    /// Queues the latest committed log id saved by openraft for the next group flush.
+    pub fn write_pending_committed(&self) -> Result<(), StorageError> {
+        let Some(committed) = self.shared.pending_committed.lock().take() else {
+            return Ok(());
+        };
+        let bytes = encode_versioned(&committed).map_err(|e| write_error(ErrorSubject::Store, e))?;
+        self.shared
+            .log
+            .put_meta(META_COMMITTED, Bytes::from(bytes), false)
+            .map_err(|e| write_error(ErrorSubject::Store, e))
     }
 
     fn read_entry(&self, index: u64) -> Result<Option<Entry>, StorageError> {
@@ -268,11 +286,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        let bytes = encode_versioned(&committed).map_err(|e| write_error(ErrorSubject::Store, e))?;
-        self.shared
-            .log
-            .put_meta(META_COMMITTED, Bytes::from(bytes), false)
-            .map_err(|e| write_error(ErrorSubject::Store, e))?;
+        *self.shared.pending_committed.lock() = Some(committed);
         if let Some(c) = committed {
             self.shared.committed_index.fetch_max(c.index, Ordering::Relaxed);
         }
@@ -280,6 +294,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        if let Some(pending) = *self.shared.pending_committed.lock() {
+            return Ok(pending);
+        }
         match self.shared.log.get_meta(META_COMMITTED) {
             Some(b) => decode_versioned(&b).map_err(|e| read_error(ErrorSubject::Store, e)),
             None => Ok(None),
@@ -321,6 +338,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .log
             .append(records, done)
             .map_err(|e| write_error(ErrorSubject::Logs, e))?;
+        self.write_pending_committed()?;
         if let Some(last) = last {
             *self.shared.last_log_id.lock() = Some(last);
         }

@@ -542,6 +542,10 @@ impl ClusterNode {
             .shutdown()
             .await
             .map_err(|e| ClusterError::Storage(format!("raft shutdown: {e}")))?;
+        self.inner
+            .log_store
+            .write_pending_committed()
+            .map_err(|e| ClusterError::Storage(e.to_string()))?;
         let log = self.inner.log_store.log().clone();
         let sm = self.inner.state_machine.clone();
         tokio::task::spawn_blocking(move || -> Result<(), ClusterError> {

@@ -23,8 +23,15 @@ use super::*;
 
 // ---------------------------------------------------------------- storage conformance suite
 
+#[derive(Clone, Copy)]
+enum SuiteEngine {
+    Model,
+    Sled,
+    Fractal,
+}
+
 struct SuiteBuilder {
-    sled: bool,
+    engine: SuiteEngine,
 }
 
 impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for SuiteBuilder {
@@ -37,17 +44,19 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Sui
         let log = ftkv_log::Log::open(Arc::new(ftkv_vfs::RealVfs), &dir.path().join("log"), opts)
             .map_err(|e| types::write_error(openraft::ErrorSubject::Store, e))?;
         let log_store = LogStore::new(log, 1 << 20, false)?;
-        let engine: Arc<dyn Engine> = if self.sled {
-            Arc::new(
-                SledEngine::open(&EngineOptions {
-                    dir: dir.path().join("engine"),
-                    cache_size_bytes: 16 << 20,
-                    compression_level: None,
-                })
-                .map_err(|e| types::write_error(openraft::ErrorSubject::Store, e))?,
-            )
-        } else {
-            Arc::new(ModelEngine::new())
+        let to_err = |e: ftkv_engine::EngineError| types::write_error(openraft::ErrorSubject::Store, e);
+        let opts = EngineOptions {
+            dir: dir.path().join("engine"),
+            cache_size_bytes: 16 << 20,
+            compression_level: None,
+        };
+        let engine: Arc<dyn Engine> = match self.engine {
+            SuiteEngine::Model => Arc::new(ModelEngine::new()),
+            SuiteEngine::Sled => Arc::new(SledEngine::open(&opts).map_err(to_err)?),
+            SuiteEngine::Fractal => Arc::new(
+                ftkv_engine::fractal::FractalEngine::open(Arc::new(ftkv_vfs::RealVfs), &opts)
+                    .map_err(to_err)?,
+            ),
         };
         let sm = StateMachine::open(engine, &dir.path().join("snapshots"))?;
         Ok((dir, log_store, sm))
@@ -56,12 +65,26 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Sui
 
 #[test]
 fn openraft_storage_suite_model_engine() {
-    Suite::test_all(SuiteBuilder { sled: false }).unwrap();
+    Suite::test_all(SuiteBuilder {
+        engine: SuiteEngine::Model,
+    })
+    .unwrap();
 }
 
 #[test]
 fn openraft_storage_suite_sled_engine() {
-    Suite::test_all(SuiteBuilder { sled: true }).unwrap();
+    Suite::test_all(SuiteBuilder {
+        engine: SuiteEngine::Sled,
+    })
+    .unwrap();
+}
+
+#[test]
+fn openraft_storage_suite_fractal_engine() {
+    Suite::test_all(SuiteBuilder {
+        engine: SuiteEngine::Fractal,
+    })
+    .unwrap();
 }
 
 // ---------------------------------------------------------------- in-process clusters
@@ -226,6 +249,7 @@ async fn three_nodes_batched_writes_reads_failover_exactly_once() {
         status.ops_per_entry
     );
     assert!(status.ops_per_entry >= 1.0);
+    eprintln!("leader log counters: {:?}", leader.inner.log_store.log().stats());
 
     // Linearizable read on the leader sees every acknowledged write.
     let read_index = leader.read_barrier().await.unwrap();
@@ -238,7 +262,10 @@ async fn three_nodes_batched_writes_reads_failover_exactly_once() {
     for _ in 0..100 {
         leader.read_barrier().await.unwrap();
     }
-    eprintln!("sequential read barriers: {:?} each", reads_started.elapsed() / 100);
+    eprintln!(
+        "sequential read barriers: {:?} each",
+        reads_started.elapsed() / 100
+    );
     // Concurrent readers share rounds and all succeed.
     let mut readers = Vec::new();
     for _ in 0..32 {
@@ -367,8 +394,26 @@ fn sled(dir: &Path) -> Arc<dyn Engine> {
     )
 }
 
+fn fractal(dir: &Path) -> Arc<dyn Engine> {
+    let opts = EngineOptions {
+        dir: dir.join("engine"),
+        cache_size_bytes: 16 << 20,
+        compression_level: Some(1),
+    };
+    Arc::new(ftkv_engine::fractal::FractalEngine::open(Arc::new(ftkv_vfs::RealVfs), &opts).unwrap())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn follower_behind_purge_point_catches_up_by_snapshot_and_restart_replays() {
+async fn follower_behind_purge_point_catches_up_by_snapshot_sled() {
+    follower_catches_up_by_snapshot(sled).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn follower_behind_purge_point_catches_up_by_snapshot_fractal() {
+    follower_catches_up_by_snapshot(fractal).await;
+}
+
+async fn follower_catches_up_by_snapshot(engine: fn(&Path) -> Arc<dyn Engine>) {
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let ls = listeners(3).await;
     let addrs: Vec<String> = ls.iter().map(|(_, a)| a.clone()).collect();
@@ -380,7 +425,7 @@ async fn follower_behind_purge_point_catches_up_by_snapshot_and_restart_replays(
     let mut nodes: Vec<Option<TestNode>> = Vec::new();
     for (i, (l, addr)) in ls.into_iter().enumerate() {
         let cfg = config(i as u64 + 1, dirs[i].path(), &addr, 50);
-        nodes.push(Some(start_node(cfg, sled(dirs[i].path()), l).await));
+        nodes.push(Some(start_node(cfg, engine(dirs[i].path()), l).await));
     }
     nodes[0]
         .as_ref()
@@ -425,7 +470,7 @@ async fn follower_behind_purge_point_catches_up_by_snapshot_and_restart_replays(
     // Restart the follower on its old data dir: it must get a snapshot.
     let l = TcpListener::bind(&addrs[lagging]).await.unwrap();
     let cfg = config(lagging as u64 + 1, dirs[lagging].path(), &addrs[lagging], 50);
-    let restarted = start_node(cfg, sled(dirs[lagging].path()), l).await;
+    let restarted = start_node(cfg, engine(dirs[lagging].path()), l).await;
     let target = leader.status().applied_index;
     tokio::time::timeout(Duration::from_secs(30), async {
         while restarted.node.status().applied_index < target {

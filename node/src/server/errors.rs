@@ -34,6 +34,11 @@ pub fn invalid(message: impl Into<String>) -> Status {
     status(Code::InvalidArgument, info(Kind::Invalid, message.into()))
 }
 
+/// A write whose outcome this node cannot tell: `UNKNOWN` with KIND_AMBIGUOUS.
+pub fn ambiguous(message: impl Into<String>) -> Status {
+    status(Code::Unknown, info(Kind::Ambiguous, message.into()))
+}
+
 /// An engine error while serving a read: the node's storage is at fault.
 pub fn engine(err: &ftkv_engine::EngineError) -> Status {
     status(
@@ -56,8 +61,10 @@ pub fn cluster(err: ClusterError) -> Status {
             status(Code::FailedPrecondition, i)
         }
         ClusterError::Ambiguous(_) => status(Code::Unknown, info(Kind::Ambiguous, message)),
-        ClusterError::NotOnAllReplicas { .. } => {
-            status(Code::DeadlineExceeded, info(Kind::NotOnAllReplicas, message))
+        ClusterError::NotOnAllReplicas { log_index } => {
+            let mut i = info(Kind::NotOnAllReplicas, message);
+            i.log_index = log_index;
+            status(Code::DeadlineExceeded, i)
         }
         ClusterError::Unavailable(_) => status(Code::Unavailable, info(Kind::Unavailable, message)),
         ClusterError::Storage(_) => status(Code::Internal, info(Kind::StorageFault, message)),

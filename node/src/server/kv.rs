@@ -53,8 +53,9 @@ impl KvService {
     async fn propose(&self, command: Command) -> Result<(CommandResult, u64), Status> {
         let (result, index) = self.cluster.write(command).await.map_err(errors::cluster)?;
         if result == CommandResult::StaleSequence {
-            return Err(errors::invalid(
-                "session sequence is below the client's acknowledged window (a duplicate of an answered request)",
+            // The original outcome was applied or refused, then forgotten: unknown here.
+            return Err(errors::ambiguous(
+                "session sequence is below the server's window for this client: its outcome was forgotten",
             ));
         }
         Ok((result, index))

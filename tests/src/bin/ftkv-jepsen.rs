@@ -116,15 +116,16 @@ fn interrupt_flag() -> Arc<AtomicBool> {
     flag
 }
 
-async fn run_one(options: &TestOptions, interrupted: Arc<AtomicBool>) -> i32 {
+/// Runs one test; returns the exit code and a one-word verdict for summaries.
+async fn run_one(options: &TestOptions, interrupted: Arc<AtomicBool>) -> (i32, String) {
     match runner::run_test(options, interrupted).await {
         Ok(outcome) => {
             report(options, &outcome);
-            outcome.exit_code()
+            (outcome.exit_code(), outcome.verdict.to_string())
         }
         Err(e) => {
             eprintln!("ftkv-jepsen: harness failure: {e}");
-            2
+            (2, "harness-failure".into())
         }
     }
 }
@@ -198,7 +199,7 @@ async fn real_main() -> i32 {
             o.nodes = nodes;
             o.node_args = node_args;
             println!("ftkv-jepsen: seed {seed}");
-            run_one(&o, interrupt_flag()).await
+            run_one(&o, interrupt_flag()).await.0
         }
         Command::Scenario {
             path,
@@ -233,26 +234,18 @@ async fn real_main() -> i32 {
                 };
                 println!("ftkv-jepsen: scenario {} ({})", s.name, f.display());
                 let o = s.test_options(&store, substrate);
-                let code = run_one(&o, interrupted.clone()).await;
+                let (code, verdict) = run_one(&o, interrupted.clone()).await;
                 if code != 0 {
                     println!("  replay: ftkv-jepsen scenario {}", f.display());
                 }
-                summary.push((s.name, code));
+                summary.push((s.name, code, verdict));
                 worst = worst.max(code);
             }
             println!("ftkv-jepsen: scenarios");
-            for (n, c) in &summary {
-                println!(
-                    "  {:<40} {}",
-                    n,
-                    match c {
-                        0 => "valid",
-                        1 => "INVALID",
-                        _ => "harness failure / unknown",
-                    }
-                );
+            for (n, _, verdict) in &summary {
+                println!("  {n:<40} {verdict}");
             }
-            let passed = summary.iter().filter(|(_, c)| *c == 0).count();
+            let passed = summary.iter().filter(|(_, c, _)| *c == 0).count();
             println!("scenarios: {passed} passed, {} failed", summary.len() - passed);
             worst
         }

@@ -153,9 +153,12 @@ impl NetnsCluster {
         node_bin: &Path,
         extra_args: Vec<String>,
     ) -> Result<Self, NetnsError> {
+        // Unique per process and per cluster within it (tests may run clusters in parallel).
+        static CLUSTERS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = CLUSTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let pid = std::process::id();
-        let tag = format!("fj{:04x}", pid & 0xffff);
-        let subnet = (20 + pid % 200) as u8;
+        let tag = format!("fj{:04x}{}", pid & 0xffff, n % 10);
+        let subnet = (20 + (pid + n * 37) % 200) as u8;
         let cluster = NetnsCluster {
             bridge: format!("{tag}br"),
             tag,

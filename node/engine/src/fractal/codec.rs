@@ -2,7 +2,7 @@
 //! `node/engine/FORMAT.md`). Every integer is fixed-width little-endian; every record carries a
 //! magic, a format version and a crc32c.
 
-use super::msg::{Buffer, Msg, Msn, PointOp, RangeMsg, RangeOp};
+use super::msg::{Buffer, Msg, MsgRef, Msn, PointOp, RangeMsg, RangeOp};
 use super::node::{Basement, Internal, Leaf, Node, NodeId};
 use crate::ops::UpsertOp;
 use crate::{EngineError, Result};
@@ -347,14 +347,14 @@ fn decode_upsert(r: &mut R<'_>) -> Result<UpsertOp, Detail> {
 }
 
 fn encode_buffer(buf: &Buffer) -> Vec<u8> {
-    let msgs = buf.messages();
+    let msgs = buf.sorted_refs();
     let mut w = W::default();
     w.u32(msgs.len() as u32);
     for m in &msgs {
         match m {
-            Msg::Point { msn, key, op } => {
+            MsgRef::Point { msn, key, op } => {
                 w.u64(*msn);
-                match op {
+                match *op {
                     PointOp::Put(v) => {
                         w.u8(1);
                         w.bytes(key);
@@ -371,7 +371,7 @@ fn encode_buffer(buf: &Buffer) -> Vec<u8> {
                     }
                 }
             }
-            Msg::Range(r) => {
+            MsgRef::Range(r) => {
                 w.u64(r.msn);
                 w.u8(match r.op {
                     RangeOp::Delete => 4,

@@ -14,8 +14,9 @@ use crate::ops::{apply_broadcast, apply_upsert, in_range, UpsertOp};
 /// Message sequence number: strictly increasing across all messages of a tree.
 pub type Msn = u64;
 
-/// Fixed per-message overhead counted in sizes (MSN, lengths, tags), in bytes.
-pub const MSG_OVERHEAD_BYTES: usize = 24;
+/// Per-message overhead counted in sizes, in bytes: the in-memory cost (index slot, key and list
+/// allocations, filter entry) beyond key and value bytes, so node sizes track memory use.
+pub const MSG_OVERHEAD_BYTES: usize = 112;
 
 /// What a point message does to its key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +128,32 @@ fn point_size(key: &[u8], op: &PointOp) -> usize {
             PointOp::Delete => 0,
             PointOp::Upsert(u) => upsert_size(u),
         }
+}
+
+/// A borrowed message (see [`Buffer::sorted_refs`]).
+#[derive(Debug, Clone, Copy)]
+pub enum MsgRef<'a> {
+    /// One key.
+    Point {
+        /// Sequence number.
+        msn: Msn,
+        /// Key.
+        key: &'a [u8],
+        /// Operation.
+        op: &'a PointOp,
+    },
+    /// A key range.
+    Range(&'a RangeMsg),
+}
+
+impl MsgRef<'_> {
+    /// The message's MSN.
+    pub fn msn(&self) -> Msn {
+        match self {
+            MsgRef::Point { msn, .. } => *msn,
+            MsgRef::Range(r) => r.msn,
+        }
+    }
 }
 
 /// Applies a point op to one value (`None` = absent).
@@ -299,6 +326,19 @@ impl Buffer {
     /// Every message in increasing MSN order (cloned; for serialization and checks).
     pub fn messages(&self) -> Vec<Msg> {
         self.clone().take_all()
+    }
+
+    /// Borrowed views of every message in increasing MSN order (serialization without copies).
+    pub fn sorted_refs(&self) -> Vec<MsgRef<'_>> {
+        let mut out: Vec<MsgRef<'_>> = Vec::with_capacity(self.count);
+        for (key, list) in &self.points {
+            for (msn, op) in list {
+                out.push(MsgRef::Point { msn: *msn, key, op });
+            }
+        }
+        out.extend(self.ranges.iter().map(MsgRef::Range));
+        out.sort_by_key(MsgRef::msn);
+        out
     }
 
     /// Messages that may affect `key`, appended to `out` (point messages of the key and range

@@ -6,8 +6,9 @@ use super::msg::{apply_point, apply_to_entries, Buffer, Msg, Msn, PointOp};
 /// Logical node id, mapped to a disk location by the block translation table.
 pub type NodeId = u64;
 
-/// Bytes counted per entry besides key and value (vector slots, lengths).
-pub const ENTRY_OVERHEAD_BYTES: usize = 16;
+/// Bytes counted per entry besides key and value: the in-memory cost (vector slot, two
+/// allocations), so node sizes and the cache budget track memory use.
+pub const ENTRY_OVERHEAD_BYTES: usize = 64;
 
 /// Index of the child (or basement) whose range holds `key`: the number of pivots `<= key`.
 /// Child `i` covers `[pivots[i-1], pivots[i])`.

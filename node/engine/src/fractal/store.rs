@@ -344,6 +344,11 @@ impl Store {
     /// Writes `node` to a fresh block (copy-on-write) and points the BTT at it.
     pub fn write_node(&mut self, id: NodeId, node: &Node) -> Result<()> {
         let enc = encode_node(id, node, self.compression_level)?;
+        self.write_encoded(id, enc)
+    }
+
+    /// Writes an encoded node block to a fresh extent and points the BTT at it.
+    fn write_encoded(&mut self, id: NodeId, enc: Vec<u8>) -> Result<()> {
         let size = u32::try_from(enc.len())
             .map_err(|_| EngineError::InvalidArgument(format!("node {id} encodes to {} bytes", enc.len())))?;
         let offset = self.alloc(enc.len() as u64);
@@ -633,8 +638,8 @@ impl Store {
                 continue;
             }
             if e.dirty {
-                let node = e.node.clone();
-                self.write_node(id, &node)?;
+                let enc = encode_node(id, &e.node, self.compression_level)?;
+                self.write_encoded(id, enc)?;
             }
             if let Some(e) = self.cache.remove(&id) {
                 self.cached_bytes -= e.bytes;
@@ -656,8 +661,8 @@ impl Store {
         dirty.sort_unstable();
         for id in dirty {
             let Some(e) = self.cache.get(&id) else { continue };
-            let node = e.node.clone();
-            self.write_node(id, &node)?;
+            let enc = encode_node(id, &e.node, self.compression_level)?;
+            self.write_encoded(id, enc)?;
             if let Some(e) = self.cache.get_mut(&id) {
                 e.dirty = false;
             }
