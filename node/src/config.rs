@@ -260,9 +260,9 @@ impl Default for RaftConfig {
         Self {
             ack: AckPolicy::Quorum,
             ack_all_timeout_ms: 2_000,
-            heartbeat_interval_ms: 300,
-            election_timeout_min_ms: 1_500,
-            election_timeout_max_ms: 3_000,
+            heartbeat_interval_ms: 250,
+            election_timeout_min_ms: 1_000,
+            election_timeout_max_ms: 1_500,
             snapshot_every_entries: 50_000,
             max_in_snapshot_log_to_keep: 10_000,
             peer_max_message_size: ByteSize::mib(64),

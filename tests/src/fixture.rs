@@ -874,7 +874,9 @@ impl Cluster {
             command.env("RUST_LOG", "info");
         }
         // The fixture's own variables are not node configuration.
-        command.env_remove("FTKV_BIN_DIR").env_remove("FTKV_KEEP_TEST_DIR");
+        command
+            .env_remove("FTKV_BIN_DIR")
+            .env_remove("FTKV_KEEP_TEST_DIR");
         // Plain logs (no ANSI colours) so tests and people can grep them.
         command.env("NO_COLOR", "1");
         command.envs(self.options.env.iter().map(|(key, value)| (key, value)));

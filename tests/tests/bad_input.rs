@@ -95,21 +95,6 @@ async fn bad_input_is_refused_and_no_node_panics() {
         "max_key_bytes",
         "get with a key over 16 KiB",
     );
-    // exactly at the limits passes
-    client.put("k".repeat(KEY_LIMIT_BYTES), "at-limit").await.unwrap();
-    client
-        .put("value-at-limit", vec![b'v'; VALUE_LIMIT_BYTES])
-        .await
-        .unwrap();
-    client.write(put_ops(BATCH_LIMIT_OPS)).await.unwrap();
-    assert_eq!(
-        client.get("batch/09999").await.unwrap().as_deref(),
-        Some(&b"v"[..])
-    );
-    assert_eq!(
-        client.get("value-at-limit").await.unwrap().map(|v| v.len()),
-        Some(VALUE_LIMIT_BYTES)
-    );
 
     // --- by the node itself (raw gRPC to the leader) ---
     let mut raw = cluster.kv_raw(leader).await.unwrap();
@@ -348,6 +333,40 @@ async fn bad_input_is_refused_and_no_node_panics() {
     for id in cluster.ids() {
         let status = cluster.status(id).await.unwrap();
         assert_eq!(status.node_id, id);
+    }
+    cluster.check_no_panics().unwrap();
+}
+
+/// Requests exactly at each limit are accepted (16 KiB key, 1 MiB value, 10,000-op batch),
+/// each within the client's default 15 s budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_at_the_limits_are_accepted() {
+    let _serial = serial().await;
+    let cluster = Cluster::start(ClusterOptions::default()).await.unwrap();
+    let client = cluster.client().await.unwrap();
+    let key = "k".repeat(KEY_LIMIT_BYTES);
+    client.put(&key, "at-limit").await.unwrap();
+    assert_eq!(client.get(&key).await.unwrap().as_deref(), Some(&b"at-limit"[..]));
+    let started = Instant::now();
+    let put = client.put("value-at-limit", vec![b'v'; VALUE_LIMIT_BYTES]).await;
+    eprintln!("1 MiB put: {:?} in {:?}", put, started.elapsed());
+    put.unwrap();
+    assert_eq!(
+        client.get("value-at-limit").await.unwrap().map(|v| v.len()),
+        Some(VALUE_LIMIT_BYTES)
+    );
+    let started = Instant::now();
+    let write = client.write(put_ops(BATCH_LIMIT_OPS)).await;
+    eprintln!("10,000-op batch: {:?} in {:?}", write, started.elapsed());
+    write.unwrap();
+    assert_eq!(
+        client.get("batch/09999").await.unwrap().as_deref(),
+        Some(&b"v"[..])
+    );
+    let index = cluster.wait_all_caught_up().await.unwrap();
+    for id in cluster.ids() {
+        let local = cluster.scan_node(id, b"batch/", b"batch0", true).await.unwrap();
+        assert_eq!(local.len(), BATCH_LIMIT_OPS, "node {id} at index {index}");
     }
     cluster.check_no_panics().unwrap();
 }

@@ -33,13 +33,32 @@ use super::NodeAddr;
 #[error("{0}")]
 pub struct PeerCallError(pub String);
 
-/// Shared cache of peer channels, keyed by peer address.
+/// Shared cache of peer channels, keyed by peer address, with a fault filter for tests (TiKV
+/// `transport_simulate.rs`): RPCs to a blocked address fail as `Unreachable` without being sent.
 #[derive(Clone, Default)]
 pub struct Channels {
     inner: Arc<Mutex<HashMap<String, Channel>>>,
+    blocked: Arc<Mutex<std::collections::HashSet<String>>>,
 }
 
 impl Channels {
+    /// Drops every outgoing Raft RPC to `peer_addr` (a one-way partition) until unblocked.
+    #[cfg(test)]
+    pub fn block(&self, peer_addr: &str) {
+        self.blocked.lock().insert(peer_addr.to_string());
+    }
+
+    /// Lifts every block.
+    #[cfg(test)]
+    pub fn unblock_all(&self) {
+        self.blocked.lock().clear();
+    }
+
+    fn is_blocked(&self, peer_addr: &str) -> bool {
+        let blocked = self.blocked.lock();
+        !blocked.is_empty() && blocked.contains(peer_addr)
+    }
+
     /// The cached channel to `peer_addr` (`host:port`), created lazily (no connection attempt
     /// until the first call).
     pub fn get(&self, peer_addr: &str) -> Result<Channel, PeerCallError> {
@@ -113,6 +132,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             target,
             addr: node.clone(),
             client,
+            channels: self.channels.clone(),
         }
     }
 }
@@ -123,6 +143,7 @@ pub struct PeerNetwork {
     target: NodeId,
     addr: NodeAddr,
     client: Result<RaftClient<Channel>, PeerCallError>,
+    channels: Channels,
 }
 
 #[derive(Clone, Copy)]
@@ -141,6 +162,10 @@ impl PeerNetwork {
         Resp: DeserializeOwned,
         E: Error + DeserializeOwned,
     {
+        if self.channels.is_blocked(&self.addr.peer) {
+            let e = PeerCallError(format!("peer {} is blocked by the fault filter", self.addr.peer));
+            return Err(RPCError::Unreachable(Unreachable::new(&e)));
+        }
         let client = match &mut self.client {
             Ok(c) => c,
             Err(e) => {

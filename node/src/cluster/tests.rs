@@ -342,6 +342,7 @@ async fn three_nodes_batched_writes_reads_failover_exactly_once() {
 
     // Stop the leader: a new leader serves writes and still holds every acknowledged write.
     nodes[(leader_id - 1) as usize].take().unwrap().stop().await;
+    let stopped_at = Instant::now();
     assert!(matches!(
         leader.write(add(3, 3)).await,
         Err(ClusterError::Unavailable(_))
@@ -352,6 +353,10 @@ async fn three_nodes_batched_writes_reads_failover_exactly_once() {
         .cloned()
         .collect();
     let new_leader_id = wait_for_leader(&rest.iter().collect::<Vec<_>>(), Duration::from_secs(20)).await;
+    eprintln!(
+        "new leader {new_leader_id} elected {:?} after the old leader stopped",
+        stopped_at.elapsed()
+    );
     assert_ne!(new_leader_id, leader_id);
     let new_leader = rest
         .iter()
@@ -619,6 +624,90 @@ async fn ack_all_waits_for_every_voter_and_reports_not_on_all_replicas() {
     leader.read_barrier().await.unwrap();
     assert_eq!(leader.engine().get(b"b").unwrap(), Some(b"v".to_vec()));
     for n in nodes.into_iter().flatten() {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn isolated_leader_serves_no_linearizable_read_and_its_write_is_ambiguous() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let ls = listeners(3).await;
+    let addrs: Vec<String> = ls.iter().map(|(_, a)| a.clone()).collect();
+    let peers: BTreeMap<u64, String> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (i as u64 + 1, a.clone()))
+        .collect();
+    let mut nodes: Vec<TestNode> = Vec::new();
+    for (i, (l, addr)) in ls.into_iter().enumerate() {
+        let cfg = config(i as u64 + 1, dirs[i].path(), &addr, 100_000);
+        nodes.push(start_node(cfg, Arc::new(ModelEngine::new()), l).await);
+    }
+    let all: Vec<ClusterNode> = nodes.iter().map(|n| n.node.clone()).collect();
+    all[0].initialize(peers, 10_000).await.unwrap();
+    let old_id = wait_for_leader(&all.iter().collect::<Vec<_>>(), Duration::from_secs(15)).await;
+    let old = all[(old_id - 1) as usize].clone();
+    let put = |k: &str| Command::Write {
+        session: None,
+        ops: vec![WriteOp::Put {
+            key: k.as_bytes().to_vec(),
+            value: b"v".to_vec(),
+        }],
+    };
+    old.write(put("before")).await.unwrap();
+
+    // Partition the leader from both followers, in both directions.
+    let old_addr = addrs[(old_id - 1) as usize].clone();
+    for (i, n) in all.iter().enumerate() {
+        if i as u64 + 1 == old_id {
+            for a in addrs.iter().filter(|a| **a != old_addr) {
+                n.inner.channels.block(a);
+            }
+        } else {
+            n.inner.channels.block(&old_addr);
+        }
+    }
+    let old_write = {
+        let old = old.clone();
+        tokio::spawn(async move { old.write(put("during")).await })
+    };
+    // The majority side elects a new leader that serves writes.
+    let rest: Vec<ClusterNode> = all
+        .iter()
+        .filter(|n| n.status().node_id != old_id)
+        .cloned()
+        .collect();
+    let new_id = wait_for_leader(&rest.iter().collect::<Vec<_>>(), Duration::from_secs(20)).await;
+    let new = all[(new_id - 1) as usize].clone();
+    new.write(put("after")).await.unwrap();
+    // The deposed leader must not confirm a linearizable read (it would miss "after").
+    assert!(old.read_barrier().await.is_err());
+    // Its pending write has no known outcome.
+    match old_write.await.unwrap() {
+        Err(ClusterError::Ambiguous(_)) | Err(ClusterError::NotLeader { .. }) => {}
+        other => panic!("expected an ambiguous (or refused) write, got {other:?}"),
+    }
+
+    // Heal: the old leader rejoins as a follower; its unreplicated entry was never committed.
+    for n in &all {
+        n.inner.channels.unblock_all();
+    }
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while old.status().leader_id != Some(new_id)
+            || old.status().applied_index < new.status().applied_index
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("old leader rejoined");
+    new.read_barrier().await.unwrap();
+    assert_eq!(new.engine().get(b"during").unwrap(), None);
+    assert_eq!(old.engine().get(b"during").unwrap(), None);
+    assert_eq!(old.engine().get(b"after").unwrap(), Some(b"v".to_vec()));
+    drop(all);
+    drop(rest);
+    for n in nodes {
         n.stop().await;
     }
 }

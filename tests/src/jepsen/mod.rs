@@ -2,6 +2,14 @@
 //! nemesis injects faults, records a [`history`], checks it with the [`checker`]s and writes a
 //! report. Design: `shared/design/TESTING.md`; names follow Jepsen (db, client, nemesis,
 //! generator, history, checker).
+//!
+//! Layout, top-down: [`runner`] (one run: setup, workers, nemesis, final phase, checks, report),
+//! [`scenario`] (scripted runs from `tests/scenarios/*.toml`), [`workload`] (seeded op generators
+//! and their execution through `ftkv-client`), [`nemesis`] (faults and their seeded schedule),
+//! [`db`] (the cluster on a substrate: [`crate::fixture`] for `local`, [`netns`] for network
+//! namespaces), [`history`] (the JSON-lines history), [`checker`] (pure, unit-tested checkers) and
+//! [`report`] (timeline and plots). The binary is `ftkv-jepsen` (`src/bin/ftkv-jepsen.rs`); usage
+//! in `tests/scenarios/README.md`.
 
 pub mod checker;
 pub mod db;

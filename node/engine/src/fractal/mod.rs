@@ -11,6 +11,15 @@
 //! the BTT (with the metadata blob) under the alternate header, so a reopen returns exactly the
 //! last checkpoint. All I/O goes through [`ftkv_vfs::Vfs`], so crash tests run on `FaultVfs`.
 //!
+//! Reads: a point read collects the messages for its key from each ancestor buffer (skipping
+//! buffers whose key filter rules the key out) and applies those newer than the basement's
+//! applied MSN. A leaf that is not cached is read one basement at a time (header, pivots and the
+//! one partition), so point reads beyond memory cost one small read.
+//!
+//! Not yet built (see issue 3): background flushing and writer back-pressure (flushes run
+//! inline on the writer), the sequential-insert fast path straight to the edge leaf (edge leaves
+//! do split unevenly), and the log replay of embedded mode (the node replays its Raft log).
+//!
 //! Concurrency: a read-write lock guards the tree. Reads whose nodes are all cached run
 //! concurrently under the shared lock (CLOCK counts are atomics); a read that misses retries
 //! under the exclusive lock, loading nodes and evicting. Writes take the exclusive lock.

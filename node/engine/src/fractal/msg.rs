@@ -419,6 +419,11 @@ impl Buffer {
         self.points.iter()
     }
 
+    /// Whether the key filter holds the hash of every point key (a filter miss must be exact).
+    pub fn filter_covers_keys(&self) -> bool {
+        self.points.keys().all(|k| self.key_hashes.contains(&key_hash(k)))
+    }
+
     /// Range messages held, in MSN order.
     pub fn range_msgs(&self) -> &[RangeMsg] {
         &self.ranges

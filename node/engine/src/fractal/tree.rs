@@ -886,6 +886,9 @@ fn check_buffer(
             (bytes, deletes, count)
         ));
     }
+    if !b.filter_covers_keys() {
+        return Err("key filter misses a buffered key".into());
+    }
     for (k, list) in b.point_lists() {
         if lo.is_some_and(|x| k.as_slice() < x) || hi.is_some_and(|x| k.as_slice() >= x) {
             return Err(format!("message key {k:?} outside child range"));
