@@ -218,7 +218,7 @@ async fn bad_input_is_refused_and_no_node_panics() {
         "ftkvctl against unreachable endpoints failed in {elapsed:?}: {}",
         out.stderr.trim()
     );
-    // Refused connections are retried until the documented `--timeout` (default 10 s), no longer.
+    // Refused connections are retried until the documented `--timeout` (default 5 s), no longer.
     assert!(
         elapsed < Duration::from_secs(13),
         "ftkvctl took {elapsed:?} to give up (default --timeout 10s)"

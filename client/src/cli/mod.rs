@@ -48,8 +48,9 @@ pub struct Cli {
     /// Keys and values on the command line, in txn scripts and in the output are hex.
     #[arg(long, global = true)]
     pub hex: bool,
-    /// Overall time budget of the command (all retries included), e.g. "10s", "500ms".
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, global = true)]
+    /// Overall time budget of the command (all retries included), e.g. "10s", "500ms"
+    /// (etcdctl's --command-timeout is 5s too).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, global = true)]
     pub timeout: Duration,
     /// Time budget of one attempt (capped by --timeout).
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, global = true)]

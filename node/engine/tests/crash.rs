@@ -4,6 +4,8 @@
 //! may be torn). After reopen the tree equals the model at the last durable checkpoint (or the
 //! checkpoint in flight, if its header reached the disk whole) and `check_integrity` holds.
 //!
+//! Snapshot installs (`replace_all`) are among the crashed operations.
+//!
 //! `FTKV_CRASH_SEEDS` scales the number of seeds (default 300, 5 crashes each).
 
 mod common;
@@ -80,6 +82,36 @@ fn random_crash_points_recover_the_last_checkpoint() {
                         }
                         Err(EngineError::Io { .. }) | Err(EngineError::Poisoned) => break,
                         Err(other) => panic!("seed {seed}: unexpected {other}"),
+                    }
+                    if rnd(&mut runner, 25) == 0 {
+                        // Snapshot install: every other key of the live state, durable on return.
+                        let snap: Map = live
+                            .iter()
+                            .step_by(2)
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect();
+                        let meta = format!("snap-s{seed}c{cycle}n{step}").into_bytes();
+                        let mut pairs = snap.clone().into_iter().map(Ok);
+                        let outcome = e.replace_all(&mut pairs, &meta);
+                        live = snap;
+                        live_meta = Some(meta);
+                        match outcome {
+                            Ok(()) => {
+                                durable = Durable {
+                                    data: live.clone(),
+                                    meta: live_meta.clone(),
+                                }
+                            }
+                            Err(EngineError::Io { .. }) | Err(EngineError::Poisoned) => {
+                                in_flight = Some(Durable {
+                                    data: live.clone(),
+                                    meta: live_meta.clone(),
+                                });
+                                break;
+                            }
+                            Err(other) => panic!("seed {seed}: unexpected {other}"),
+                        }
+                        continue;
                     }
                     if rnd(&mut runner, 4) == 0 {
                         match e.checkpoint() {

@@ -326,12 +326,14 @@ impl Engine for FractalEngine {
             if let Some(m) = meta {
                 t.meta = Some(m.to_vec());
             }
-            Ok(())
+            // Dirty nodes are written continuously, so a checkpoint stays short.
+            let limit = t.store.budget_bytes() / 8;
+            t.store.write_some_dirty(limit, t.root)
         })
     }
 
     fn meta(&self) -> Result<Option<Vec<u8>>> {
-        Ok(self.inner.write().tree.meta.clone())
+        Ok(self.inner.read().tree.meta.clone())
     }
 
     fn checkpoint(&self) -> Result<()> {
@@ -359,6 +361,6 @@ impl Engine for FractalEngine {
     }
 
     fn size_on_disk_bytes(&self) -> Result<u64> {
-        self.inner.write().tree.store.file_len()
+        self.inner.read().tree.store.file_len()
     }
 }

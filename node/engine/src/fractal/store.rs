@@ -77,6 +77,8 @@ pub struct Store {
     /// Basements of uncached leaves read for point lookups (at most a quarter of the budget).
     partial: HashMap<NodeId, PartialLeaf>,
     partial_bytes: usize,
+    /// Bytes of dirty cached nodes (written ahead of checkpoints to keep them short).
+    dirty_bytes: usize,
 }
 
 fn bump(clock: &AtomicU8) {
@@ -122,6 +124,7 @@ impl Store {
             budget_bytes,
             partial: HashMap::new(),
             partial_bytes: 0,
+            dirty_bytes: 0,
         };
         if let Some((img, loc)) = image {
             s.counter = img.counter;
@@ -217,6 +220,14 @@ impl Store {
     /// Checks that allocated blocks, pending blocks and free extents never overlap and lie in
     /// the block area; returns a description of the first violation.
     pub fn check_space(&self) -> std::result::Result<(), String> {
+        let cached: usize = self.cache.values().map(|e| e.bytes).sum();
+        let dirty: usize = self.cache.values().filter(|e| e.dirty).map(|e| e.bytes).sum();
+        if (cached, dirty) != (self.cached_bytes, self.dirty_bytes) {
+            return Err(format!(
+                "cache counters (cached {}, dirty {}) != recomputed ({cached}, {dirty})",
+                self.cached_bytes, self.dirty_bytes
+            ));
+        }
         let mut spans: Vec<(u64, u64, String)> = Vec::new();
         for (id, l) in &self.btt {
             spans.push((l.offset, l.alloc_bytes(), format!("node {id}")));
@@ -545,9 +556,23 @@ impl Store {
         })
     }
 
+    /// Removes a cache entry, keeping the byte counters exact.
+    fn remove_entry(&mut self, id: NodeId) -> Option<Entry> {
+        let e = self.cache.remove(&id)?;
+        self.cached_bytes -= e.bytes;
+        if e.dirty {
+            self.dirty_bytes -= e.bytes;
+        }
+        Some(e)
+    }
+
     fn insert(&mut self, id: NodeId, node: Node, dirty: bool, clock: u8) {
+        self.remove_entry(id);
         let bytes = node.size_bytes();
         self.cached_bytes += bytes;
+        if dirty {
+            self.dirty_bytes += bytes;
+        }
         if let Some(old) = self.cache.insert(
             id,
             Entry {
@@ -565,11 +590,8 @@ impl Store {
     /// Removes node `id` from the cache (loading it if needed) for modification; returns it and
     /// whether it was dirty. Put it back with [`Store::put`].
     pub fn take(&mut self, id: NodeId) -> Result<Node> {
-        match self.cache.remove(&id) {
-            Some(e) => {
-                self.cached_bytes -= e.bytes;
-                Ok(e.node)
-            }
+        match self.remove_entry(id) {
+            Some(e) => Ok(e.node),
             None => self.read_node(id),
         }
     }
@@ -584,9 +606,7 @@ impl Store {
         if let Some(p) = self.partial.remove(&id) {
             self.partial_bytes -= p.bytes;
         }
-        if let Some(e) = self.cache.remove(&id) {
-            self.cached_bytes -= e.bytes;
-        }
+        self.remove_entry(id);
         if let Some(loc) = self.btt.remove(&id) {
             self.release(loc);
         }
@@ -602,6 +622,7 @@ impl Store {
         self.ring_members.clear();
         self.hand = 0;
         self.cached_bytes = 0;
+        self.dirty_bytes = 0;
         let locs: Vec<BlockLoc> = self.btt.drain().map(|(_, l)| l).collect();
         for l in locs {
             self.release(l);
@@ -641,9 +662,7 @@ impl Store {
                 let enc = encode_node(id, &e.node, self.compression_level)?;
                 self.write_encoded(id, enc)?;
             }
-            if let Some(e) = self.cache.remove(&id) {
-                self.cached_bytes -= e.bytes;
-            }
+            self.remove_entry(id);
             self.ring.swap_remove(self.hand);
             self.ring_members.remove(&id);
         }
@@ -663,9 +682,48 @@ impl Store {
             let Some(e) = self.cache.get(&id) else { continue };
             let enc = encode_node(id, &e.node, self.compression_level)?;
             self.write_encoded(id, enc)?;
-            if let Some(e) = self.cache.get_mut(&id) {
+            self.mark_clean(id);
+        }
+        Ok(())
+    }
+
+    fn mark_clean(&mut self, id: NodeId) {
+        if let Some(e) = self.cache.get_mut(&id) {
+            if e.dirty {
                 e.dirty = false;
+                self.dirty_bytes -= e.bytes;
             }
+        }
+    }
+
+    /// Bytes of dirty cached nodes.
+    pub fn dirty_bytes(&self) -> usize {
+        self.dirty_bytes
+    }
+
+    /// Incremental checkpointing: when dirty nodes exceed `limit_bytes`, writes the coldest ones
+    /// (copy-on-write; they stay cached, now clean) until half the limit is left, so a checkpoint
+    /// only has a bounded amount left to write. `pinned` (the root, rewritten constantly) is
+    /// left for the checkpoint.
+    pub fn write_some_dirty(&mut self, limit_bytes: usize, pinned: NodeId) -> Result<()> {
+        if self.dirty_bytes <= limit_bytes {
+            return Ok(());
+        }
+        let mut dirty: Vec<(u8, NodeId)> = self
+            .cache
+            .iter()
+            .filter(|(id, e)| e.dirty && **id != pinned)
+            .map(|(id, e)| (e.clock.load(Ordering::Relaxed), *id))
+            .collect();
+        dirty.sort_unstable();
+        for (_, id) in dirty {
+            if self.dirty_bytes <= limit_bytes / 2 {
+                break;
+            }
+            let Some(e) = self.cache.get(&id) else { continue };
+            let enc = encode_node(id, &e.node, self.compression_level)?;
+            self.write_encoded(id, enc)?;
+            self.mark_clean(id);
         }
         Ok(())
     }

@@ -97,6 +97,9 @@ pub struct ChildResult {
     pub bytes_on_disk: u64,
     /// The engine's own size figure.
     pub engine_size_bytes: u64,
+    /// Of which write-ahead journal (fjall), bytes.
+    #[serde(default)]
+    pub journal_bytes: u64,
     /// Key plus value bytes written.
     pub logical_bytes: u64,
     /// The child's VmHWM at the end.
@@ -239,6 +242,7 @@ fn load(
 fn finish_sizes(kv: &dyn BenchKv, spec: &ChildSpec, out: &mut ChildResult) -> anyhow::Result<()> {
     out.bytes_on_disk = kv::dir_allocated_bytes(&spec.dir);
     out.engine_size_bytes = kv.engine_size_bytes()?;
+    out.journal_bytes = kv.journal_bytes();
     Ok(())
 }
 

@@ -65,6 +65,11 @@ pub trait BenchKv {
     fn settle(&self) -> anyhow::Result<()>;
     /// Bytes on disk as the engine reports them.
     fn engine_size_bytes(&self) -> anyhow::Result<u64>;
+    /// Bytes of a write-ahead journal inside the engine's directory (fjall's journal; 0 for
+    /// engines without one), so the size of the tables alone can be told apart.
+    fn journal_bytes(&self) -> u64 {
+        0
+    }
 }
 
 /// An ftkv engine (fractal or sled).
@@ -210,6 +215,10 @@ impl BenchKv for FjallKv {
 
     fn engine_size_bytes(&self) -> anyhow::Result<u64> {
         Ok(self.keyspace.disk_space())
+    }
+
+    fn journal_bytes(&self) -> u64 {
+        self.keyspace.journal_disk_space()
     }
 }
 

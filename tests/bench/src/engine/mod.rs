@@ -167,6 +167,8 @@ pub struct EngineSummary {
     pub rate_last_tenth: f64,
     /// Median rows reached.
     pub rows_reached: f64,
+    /// Median write-ahead journal bytes inside `bytes_on_disk` (fjall).
+    pub journal_bytes: f64,
     /// Median key+value bytes written.
     pub logical_bytes: f64,
     /// Median CPU seconds.
@@ -354,6 +356,7 @@ fn summarize(engine: EngineName, runs: &[RunReport]) -> EngineSummary {
         rate_first_tenth: median(ok.iter().map(|r| r.rate_first_tenth)),
         rate_last_tenth: median(ok.iter().map(|r| r.rate_last_tenth)),
         rows_reached: median(mine.iter().map(|r| r.rows_reached as f64)),
+        journal_bytes: median(ok.iter().map(|r| r.journal_bytes as f64)),
         logical_bytes: median(ok.iter().map(|r| r.logical_bytes as f64)),
         cpu_secs: median(ok.iter().map(|r| r.cpu_secs)),
         delete_range_ms: (!ddl.is_empty()).then(|| median(ddl.iter().map(|d| d.delete_range_ms))),
@@ -595,6 +598,7 @@ mod tests {
             rate_first_tenth: 0.0,
             rate_last_tenth: 0.0,
             rows_reached: 0.0,
+            journal_bytes: 0.0,
             logical_bytes: 0.0,
             cpu_secs: 0.0,
             delete_range_ms: None,
