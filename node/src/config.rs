@@ -115,6 +115,7 @@ pub struct EngineConfig {
     /// `"fractal"` (default) or `"sled"`.
     pub kind: ftkv_engine::EngineKind,
     /// Memory budget of the engine cache (TokuDB `tokudb_cache_size`).
+    #[serde(serialize_with = "serialize_size")]
     pub cache_size: ByteSize,
     /// Node compression: `"none"` or `{ zstd = LEVEL }`.
     pub compression: Compression,
@@ -175,6 +176,7 @@ pub struct LogConfig {
     /// N ms: an acknowledged write can be lost if a majority of nodes lose power together).
     pub sync: LogSync,
     /// Segment file size.
+    #[serde(serialize_with = "serialize_size")]
     pub segment_size: ByteSize,
 }
 
@@ -252,6 +254,7 @@ pub struct RaftConfig {
     /// Log entries kept behind a snapshot for followers that lag a little.
     pub max_in_snapshot_log_to_keep: u64,
     /// Largest gRPC message between peers.
+    #[serde(serialize_with = "serialize_size")]
     pub peer_max_message_size: ByteSize,
 }
 
@@ -277,6 +280,7 @@ pub struct BatchConfig {
     /// Most client ops packed in one Raft entry.
     pub max_ops: usize,
     /// Most payload bytes packed in one Raft entry.
+    #[serde(serialize_with = "serialize_size")]
     pub max_bytes: ByteSize,
     /// Most entries proposed and not yet committed at once.
     pub max_in_flight: usize,
@@ -396,6 +400,29 @@ impl Config {
     }
 }
 
+/// Serializes a size exactly, in the largest binary unit that divides it (`"64MiB"`, `"1000B"`),
+/// so that `--print-config` output reads back to the same values (bytesize's own `Display` rounds
+/// to decimal units, "67.1 MB").
+pub fn serialize_size<S: serde::Serializer>(size: &ByteSize, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&exact_size(size.as_u64()))
+}
+
+/// `n` bytes as an exact human string.
+pub fn exact_size(n: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [
+        (1 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ];
+    for (unit, name) in UNITS {
+        if n >= unit && n % unit == 0 {
+            return format!("{}{name}", n / unit);
+        }
+    }
+    format!("{n}B")
+}
+
 /// Parses `1=host:port,2=host:port`.
 pub fn parse_initial_cluster(text: &str) -> Result<BTreeMap<u64, String>, ConfigError> {
     let mut peers = BTreeMap::new();
@@ -456,9 +483,17 @@ mod tests {
         assert!(err.contains("bogus_key"), "{err}");
         let err = Config::from_toml("[engine]\ncache_sise = \"1MiB\"\n").unwrap_err();
         assert!(err.contains("cache_sise"), "{err}");
-        // Round trip of the printed config.
+        // Round trip of the printed config, including sizes that are not whole units.
+        let mut cfg = cfg;
+        cfg.limits.max_value_bytes = ByteSize::b(1_000_001);
+        cfg.engine.cache_size = ByteSize::kib(1536);
         let printed = cfg.to_toml();
+        assert!(
+            printed.contains("\"1536KiB\"") && printed.contains("\"1000001B\""),
+            "{printed}"
+        );
         assert_eq!(Config::from_toml(&printed).unwrap(), cfg);
+        assert_eq!(exact_size(64 << 20), "64MiB");
     }
 
     #[test]

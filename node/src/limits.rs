@@ -28,10 +28,13 @@ const _: () = assert!(DEFAULT_SCAN_LIMIT <= MAX_SCAN_LIMIT);
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// Largest key accepted.
+    #[serde(serialize_with = "crate::config::serialize_size")]
     pub max_key_bytes: bytesize::ByteSize,
     /// Largest value accepted.
+    #[serde(serialize_with = "crate::config::serialize_size")]
     pub max_value_bytes: bytesize::ByteSize,
     /// Largest total of keys + values in one Write or Txn.
+    #[serde(serialize_with = "crate::config::serialize_size")]
     pub max_batch_bytes: bytesize::ByteSize,
     /// Most ops in one Write or Txn (compares included).
     pub max_batch_ops: u64,

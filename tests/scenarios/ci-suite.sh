@@ -23,7 +23,6 @@ expect() { # expect CODE NAME ARGS...
   fi
 }
 
-"$J" cleanup
 for w in register set counter bank append; do
   expect 0 "$w" test --workload "$w" --nemesis partition,kill,pause --time-limit 25s --substrate netns \
     --concurrency 5 --rate 50 --seed 1

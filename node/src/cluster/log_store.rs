@@ -44,7 +44,7 @@ pub const APPEND_ENTRIES_MAX_BYTES: usize = 2 * 1024 * 1024;
 /// Chunk size for unlimited reads.
 const READ_CHUNK_BYTES: usize = 16 * 1024 * 1024;
 
-const META_VOTE: &str = "raft.vote";
+pub(super) const META_VOTE: &str = "raft.vote";
 const META_COMMITTED: &str = "raft.committed";
 const META_LAST_PURGED: &str = "raft.last_purged";
 

@@ -15,6 +15,7 @@
 mod batcher;
 pub mod command;
 mod errors;
+mod identity;
 mod log_store;
 mod network;
 mod peer_server;
@@ -238,6 +239,7 @@ impl ClusterNode {
             .map_err(|e| ClusterError::Storage(format!("opening the log: {e}")))?
             .map_err(|e| ClusterError::Storage(format!("opening the log in {}: {e}", log_dir.display())))?
         };
+        identity::check(&config.data_dir, config.node_id, &log)?;
         let append_max = log_store::APPEND_ENTRIES_MAX_BYTES
             .min(config.peer_max_message_bytes / 2)
             .max(64 * 1024);
@@ -277,6 +279,7 @@ impl ClusterNode {
                 write_timeout: std::time::Duration::from_millis(write_timeout_ms),
             },
         );
+        identity::record_when_voted(&config.data_dir, config.node_id, &raft);
         let reads = reads::ReadBarrier::new(
             raft.clone(),
             std::time::Duration::from_millis(READ_APPLY_TIMEOUT_MS),

@@ -91,7 +91,7 @@ enum Command {
         #[arg(long)]
         checker: String,
     },
-    /// Remove namespaces and bridges left by a harness that was killed (names starting with `fj`).
+    /// Remove namespaces and bridges left by a killed harness (names `fj*`; also a running one's).
     Cleanup,
 }
 

@@ -91,8 +91,8 @@ pub fn available() -> Result<(), String> {
     Ok(())
 }
 
-/// Removes every namespace and bridge whose name starts with `fj` (leftovers of killed runs).
-/// Returns the names removed.
+/// Removes every namespace and bridge whose name starts with `fj` (leftovers of killed runs),
+/// including those of a harness still running: use only when none runs. Returns the names removed.
 pub fn cleanup_leftovers() -> Vec<String> {
     let mut removed = Vec::new();
     if let Ok(list) = run_cmd("ip", &["netns", "list"]) {
