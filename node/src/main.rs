@@ -4,6 +4,12 @@
 
 use std::path::PathBuf;
 
+// The node allocates many small buffers per request (HTTP/2 frames, protobuf messages, tree
+// messages); mimalloc spends markedly less CPU on them than glibc malloc and fragments less
+// (TokuDB needed jemalloc for the same reason).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use ftkv_node::config::{ClusterState, Config, LogSync};
