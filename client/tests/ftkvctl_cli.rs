@@ -243,3 +243,154 @@ async fn failures_exit_1_with_one_line() {
     let o = ctl(&["upsert", "k"], "").await;
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// 1 MiB of pseudo-random bytes (not valid UTF-8), NUL, 0xff and newlines included.
+fn binary_value() -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut v: Vec<u8> = (0..1 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 32) as u8
+        })
+        .collect();
+    v[..4].copy_from_slice(&[0x00, 0xff, 0x0a, 0xc3]);
+    v
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_values_are_written_byte_for_byte() {
+    let (leader, _, _) = cluster().await;
+    let ep = ["--endpoints", leader.as_str()];
+    let value = binary_value();
+    assert!(std::str::from_utf8(&value).is_err());
+    // Store it under "bin" and under a non-UTF-8 key (0xfe 0x01); value hex on stdin.
+    for key in ["62696e", "fe01"] {
+        let o = ctl(&[&ep[..], &["--hex", "put", key]].concat(), &hex(&value)).await;
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let o = ctl(&[&ep[..], &["--hex", "put", "6b", "00ff"]].concat(), "").await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Simple mode: the value's bytes, then a newline.
+    let o = ctl(&[&ep[..], &["get", "bin", "--print-value-only"]].concat(), "").await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(o.stdout.len() == value.len() + 1 && o.stdout[..value.len()] == value[..]);
+    let o = ctl(&[&ep[..], &["get", "bin"]].concat(), "").await;
+    assert!(o.stdout.starts_with(b"bin\n") && o.stdout[4..4 + value.len()] == value[..]);
+    // Keys too: the scan from 0x7f finds only the 0xfe 0x01 key.
+    let o = ctl(&[&ep[..], &["scan", "\u{7f}"]].concat(), "").await;
+    let mut expected = vec![0xfe, 0x01, b'\n'];
+    expected.extend_from_slice(&value);
+    expected.push(b'\n');
+    assert!(o.stdout == expected, "scan output is raw bytes");
+    let o = ctl(&[&ep[..], &["get", "k", "--print-value-only"]].concat(), "").await;
+    assert_eq!(o.stdout, vec![0x00, 0xff, b'\n']);
+    // JSON: lossless, hex with an encoding marker for non-UTF-8 fields.
+    let o = ctl(&[&ep[..], &["-w", "json", "get", "k"]].concat(), "").await;
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["key"], "k");
+    assert!(v.get("key_encoding").is_none(), "{v}");
+    assert_eq!(
+        (v["value"].as_str(), v["value_encoding"].as_str()),
+        (Some("00ff"), Some("hex"))
+    );
+    let o = ctl(&[&ep[..], &["-w", "json", "scan", "\u{7f}"]].concat(), "").await;
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["kvs"][0]["key"], "fe01");
+    assert_eq!(v["kvs"][0]["key_encoding"], "hex");
+    assert_eq!(v["kvs"][0]["value_encoding"], "hex");
+    assert!(v["kvs"][0]["value"].as_str() == Some(hex(&value).as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stdout_ends_quietly() {
+    let (leader, _, _) = cluster().await;
+    // More output than a pipe buffer holds (64 KiB), so the writer meets the closed pipe.
+    let o = ctl(&["--endpoints", &leader, "put", "a", "1"], "").await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = ctl(&["--endpoints", &leader, "put", "big"], &"x".repeat(512 * 1024)).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = tokio::task::spawn_blocking(move || {
+        use std::io::{BufRead, BufReader};
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ftkvctl"))
+            .args(["--endpoints", &leader, "scan", "", "--limit", "5000"])
+            .env_remove("FTKV_ENDPOINTS")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Like `| head -1`: read one line, then close the pipe.
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let o = child.wait_with_output().unwrap();
+        (first, o)
+    })
+    .await
+    .unwrap();
+    let (first, o) = out;
+    assert_eq!(first, "a\n");
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(&o));
+    assert_eq!(stderr(&o), "", "no panic, no message");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_counts_and_budgets_are_usage_errors() {
+    let cases: [(&[&str], &str); 7] = [
+        (&["bench", "put", "--clients", "0"], "--clients"),
+        (&["bench", "put", "--duration", "0s"], "--duration"),
+        (&["bench", "put", "--connections", "0"], "--connections"),
+        (&["bench", "put", "--key-space", "0"], "--key-space"),
+        (
+            &["--request-timeout", "0ms", "put", "k", "v"],
+            "--request-timeout",
+        ),
+        (&["--timeout", "0s", "get", "k"], "--timeout"),
+        (&["--connect-timeout", "0s", "get", "k"], "--connect-timeout"),
+    ];
+    for (args, flag) in cases {
+        // Nothing listens there: a usage error must come before any connection attempt.
+        let o = ctl(&[&["--endpoints", "127.0.0.1:1"][..], args].concat(), "").await;
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains(flag), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reversed_ranges_get_a_clear_error() {
+    let (leader, _, shared) = cluster().await;
+    let ep = ["--endpoints", leader.as_str()];
+    let o = ctl(&[&ep[..], &["scan", "b", "a"]].concat(), "").await;
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("scan: start key \"b\" sorts after end key \"a\""),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(stdout(&o), "");
+    // An empty END is unbounded, not "before START".
+    let o = ctl(&[&ep[..], &["scan", "b", ""]].concat(), "").await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let before = shared.lock().unwrap().write_sessions.len();
+    let o = ctl(&[&ep[..], &["txn"]].concat(), "\ndel-range z a\n").await;
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("txn del-range: start key \"z\""),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        shared.lock().unwrap().write_sessions.len(),
+        before,
+        "nothing was sent"
+    );
+}

@@ -386,6 +386,24 @@ impl Config {
                 "batch.max_ops and batch.max_in_flight must be >= 1".into(),
             ));
         }
+        if self.engine.cache_size.as_u64() < 1024 * 1024 {
+            return Err(ConfigError::Invalid(
+                "engine.cache_size must be at least 1MiB".into(),
+            ));
+        }
+        let largest_pair = self.limits.max_key_bytes.as_u64() + self.limits.max_value_bytes.as_u64();
+        if self.limits.max_batch_bytes.as_u64() < largest_pair {
+            return Err(ConfigError::Invalid(format!(
+                "limits.max_batch_bytes ({}) must hold one largest key + value ({})",
+                exact_size(self.limits.max_batch_bytes.as_u64()),
+                exact_size(largest_pair)
+            )));
+        }
+        if self.limits.max_batch_ops == 0 || self.limits.max_key_bytes.as_u64() == 0 {
+            return Err(ConfigError::Invalid(
+                "limits.max_batch_ops and limits.max_key_bytes must be >= 1".into(),
+            ));
+        }
         if self.log.segment_size.as_u64() < 64 * 1024 {
             return Err(ConfigError::Invalid(
                 "log.segment_size must be at least 64KiB".into(),

@@ -18,10 +18,15 @@ pub const DEFAULT_MAX_BATCH_OPS: u64 = 10_000;
 pub const DEFAULT_SCAN_LIMIT: u32 = 1_000;
 /// Largest page a Scan returns.
 pub const MAX_SCAN_LIMIT: u32 = 100_000;
+/// A Scan page stops after this many key + value bytes (at least one pair is returned), so a
+/// page always fits in a gRPC message whatever the value sizes.
+pub const MAX_SCAN_PAGE_BYTES: usize = 8 * 1024 * 1024;
 
 // A batch must hold at least one largest key + value, or single writes would be refused.
 const _: () = assert!(DEFAULT_MAX_BATCH_BYTES >= DEFAULT_MAX_KEY_BYTES + DEFAULT_MAX_VALUE_BYTES);
 const _: () = assert!(DEFAULT_SCAN_LIMIT <= MAX_SCAN_LIMIT);
+// One largest pair must fit in a page, and a page in the client server's message limit.
+const _: () = assert!(MAX_SCAN_PAGE_BYTES as u64 >= DEFAULT_MAX_KEY_BYTES + DEFAULT_MAX_VALUE_BYTES);
 
 /// Request limits (config section `[limits]`; sizes in human units such as `"16KiB"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,7 +60,7 @@ impl Default for Limits {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LimitError {
     /// Over a named limit.
-    #[error("{what} is {actual} bytes/ops, over the limit {limit} = {max}")]
+    #[error("{what} is {actual}, over the limit {limit} = {max}")]
     Over {
         /// Config name of the limit (`max_key_bytes`, ...).
         limit: &'static str,
@@ -89,7 +94,7 @@ impl Limits {
         }
         over(
             "max_key_bytes",
-            "key",
+            "key size in bytes",
             key.len() as u64,
             self.max_key_bytes.as_u64(),
         )
@@ -99,7 +104,7 @@ impl Limits {
     pub fn check_value(&self, value: &[u8]) -> Result<(), LimitError> {
         over(
             "max_value_bytes",
-            "value",
+            "value size in bytes",
             value.len() as u64,
             self.max_value_bytes.as_u64(),
         )
@@ -109,7 +114,7 @@ impl Limits {
     pub fn check_bound(&self, bound: &[u8]) -> Result<(), LimitError> {
         over(
             "max_key_bytes",
-            "range bound",
+            "range bound size in bytes",
             bound.len() as u64,
             self.max_key_bytes.as_u64(),
         )
@@ -117,8 +122,18 @@ impl Limits {
 
     /// Checks the size of a whole batch: `ops` operations totalling `bytes`.
     pub fn check_batch(&self, ops: u64, bytes: u64) -> Result<(), LimitError> {
-        over("max_batch_ops", "batch op count", ops, self.max_batch_ops)?;
-        over("max_batch_bytes", "batch", bytes, self.max_batch_bytes.as_u64())
+        over(
+            "max_batch_ops",
+            "number of ops in the batch",
+            ops,
+            self.max_batch_ops,
+        )?;
+        over(
+            "max_batch_bytes",
+            "batch size in bytes",
+            bytes,
+            self.max_batch_bytes.as_u64(),
+        )
     }
 }
 

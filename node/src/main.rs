@@ -164,7 +164,7 @@ impl RunArgs {
 
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,openraft=warn,h2=warn,tower=warn,hyper=warn")
+        tracing_subscriber::EnvFilter::new("info,openraft=error,h2=warn,tower=warn,hyper=warn")
     });
     use std::io::IsTerminal;
     tracing_subscriber::fmt()

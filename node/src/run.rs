@@ -155,6 +155,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 
     if config.initial_cluster_state == ClusterState::New {
         let peers = config.initial_peers()?;
+        if peers.is_empty() && !cluster.is_initialized().await? {
+            anyhow::bail!(
+                "initial_cluster is empty: a new cluster needs its voters, e.g. --initial-cluster \
+                 1=host1:7380,2=host2:7380,3=host3:7380 (one entry for a single node), or \
+                 --initial-cluster-state existing to join a running cluster"
+            );
+        }
         if peers.keys().next() == Some(&config.id) {
             let c = cluster.clone();
             tokio::spawn(async move {
@@ -175,8 +182,26 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
 
     let mut tasks_done = false;
+    let raft_stopped = {
+        let c = cluster.clone();
+        async move {
+            // A fatal storage error (failed fsync, corrupt snapshot, checksum mismatch) stops the
+            // Raft core. Exit loudly then, instead of lingering as a process that answers health
+            // checks but cannot serve: a supervisor restarts it and clients fail over.
+            loop {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                if c.status().role == "shutdown" {
+                    return;
+                }
+            }
+        }
+    };
     tokio::select! {
         _ = shutdown_signal() => tracing::info!("shutdown signal received"),
+        _ = raft_stopped => {
+            tasks_done = true;
+            tracing::error!("the Raft core stopped after a fatal error (see the errors above); exiting");
+        }
         r = async {
             // A server that stops on its own is fatal.
             let (r, _, _) = futures::future::select_all([peer_task, client_task]).await;
@@ -199,7 +224,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     drop(lock);
     if tasks_done {
-        anyhow::bail!("node stopped because a server failed");
+        anyhow::bail!("node stopped because its Raft core or a server failed (see the log above)");
     }
     tracing::info!("stopped");
     Ok(())

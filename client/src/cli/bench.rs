@@ -170,8 +170,10 @@ struct Counters {
     first_error: parking_lot::Mutex<Option<String>>,
 }
 
-/// Runs the put benchmark. Write errors are counted in the report, not returned.
+/// Runs the put benchmark. Write errors are counted in the report, not returned. Errors: a
+/// config with zero `clients`, zero `duration` or zero `key_space` (nothing meaningful to run).
 pub async fn run_put(client: &Client, cfg: &BenchConfig) -> anyhow::Result<BenchReport> {
+    validate(cfg)?;
     let template = new_histogram()?;
     let counters = Arc::new(Counters {
         ops: AtomicU64::new(0),
@@ -182,9 +184,9 @@ pub async fn run_put(client: &Client, cfg: &BenchConfig) -> anyhow::Result<Bench
     });
     let start = Instant::now();
     let end = start + cfg.duration;
-    let key_space = cfg.key_space.max(1);
+    let key_space = cfg.key_space;
     let mut tasks = Vec::with_capacity(cfg.clients);
-    for worker in 0..cfg.clients.max(1) {
+    for worker in 0..cfg.clients {
         let client = client.clone();
         let counters = Arc::clone(&counters);
         let prefix = cfg.key_prefix.clone();
@@ -236,10 +238,10 @@ pub async fn run_put(client: &Client, cfg: &BenchConfig) -> anyhow::Result<Bench
                 second += 1;
                 let ops = counters.ops.load(Ordering::Relaxed);
                 let errors = counters.errors.load(Ordering::Relaxed);
-                eprintln!(
+                super::output::stderr_line(&format!(
                     "[{second:>4}s] {:>8} writes/s  total {ops:>10}  errors {errors}",
                     ops.saturating_sub(last_ops)
-                );
+                ));
                 last_ops = ops;
             }
         }))
@@ -283,11 +285,25 @@ pub async fn run_put(client: &Client, cfg: &BenchConfig) -> anyhow::Result<Bench
             0.0
         },
         latency_ms: summarize(&merged),
-        clients: cfg.clients.max(1),
+        clients: cfg.clients,
         value_size_bytes: cfg.value_size_bytes,
         ops_per_entry,
         first_error,
     })
+}
+
+/// Rejects configs that cannot run: zero clients, zero duration, zero key space.
+pub fn validate(cfg: &BenchConfig) -> anyhow::Result<()> {
+    if cfg.clients == 0 {
+        anyhow::bail!("bench put: --clients must be at least 1");
+    }
+    if cfg.duration.is_zero() {
+        anyhow::bail!("bench put: --duration must be greater than zero");
+    }
+    if cfg.key_space == 0 {
+        anyhow::bail!("bench put: --key-space must be at least 1");
+    }
+    Ok(())
 }
 
 /// `ops_per_entry` from the leader's status, if a leader answers and reports a value > 0.
@@ -336,6 +352,33 @@ mod tests {
         }
         assert_eq!(v["ops"], 10);
         assert!(r.to_text().contains("writes/s"));
+    }
+
+    #[test]
+    fn zero_clients_duration_or_key_space_are_rejected() {
+        let ok = BenchConfig {
+            clients: 1,
+            duration: Duration::from_millis(10),
+            value_size_bytes: 8,
+            key_space: 1,
+            key_prefix: "b/".into(),
+            progress: false,
+        };
+        assert!(validate(&ok).is_ok());
+        let e = validate(&BenchConfig {
+            clients: 0,
+            ..ok.clone()
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("--clients"), "{e}");
+        let e = validate(&BenchConfig {
+            duration: Duration::ZERO,
+            ..ok.clone()
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("--duration"), "{e}");
+        let e = validate(&BenchConfig { key_space: 0, ..ok }).unwrap_err();
+        assert!(e.to_string().contains("--key-space"), "{e}");
     }
 
     #[test]

@@ -6,15 +6,22 @@
 //! `endpoint status`, `bench put`.
 //!
 //! Exit codes: 0 on success (including `get` of a missing key: nothing is printed in simple
-//! and table mode, `{"found":false}` in JSON mode); 1 on any failure, with a one-line
-//! `Error: ...` on stderr; 2 on a command-line usage error (from clap).
+//! and table mode, `{"found":false}` in JSON mode) and when stdout is closed early (e.g.
+//! `ftkvctl scan | head -1`: the rest of the output is dropped quietly, as `cat` does); 1 on any
+//! failure, with a one-line `Error: ...` on stderr; 2 on a command-line usage error (from clap,
+//! including zero `--timeout`, `--request-timeout`, `--connect-timeout`, bench `--clients`,
+//! `--duration`, `--connections`, `--key-space`).
+//!
+//! Keys and values in the output are lossless (see [`output::Bytes`]): `simple` writes them byte
+//! for byte (each followed by a newline), `json` writes text when valid UTF-8 and otherwise hex
+//! with a `<field>_encoding: "hex"` marker, `--hex` writes hex everywhere.
 
 pub mod bench;
 pub mod hex;
 pub mod output;
 pub mod txn_script;
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -24,12 +31,22 @@ use serde_json::json;
 use crate::{Client, Error, ReadConsistency, ResponseInfo, RetryPolicy, ScanOptions, TxnOp, UpsertOp};
 use output::{Bytes, Format};
 
+/// Output notes shown at the end of `ftkvctl --help`.
+const AFTER_HELP: &str = "\
+Output: in simple mode keys and values are written byte for byte, each followed by a newline \
+(binary values are safe to redirect to a file). In json mode a key or value that is not valid \
+UTF-8 is written as lower-case hex and its object gets a field \"<name>_encoding\": \"hex\" \
+(e.g. {\"key\":\"k\",\"value\":\"00ff\",\"value_encoding\":\"hex\"}); with --hex every key and \
+value is hex and carries that marker. A closed stdout (ftkvctl scan | head -1) ends the \
+command quietly with exit code 0.";
+
 /// Command-line client of an ftkv cluster.
 #[derive(Debug, Parser)]
 #[command(
     name = "ftkvctl",
     version,
     about = "Command-line client of an ftkv cluster",
+    after_help = AFTER_HELP,
     max_term_width = 110
 )]
 pub struct Cli {
@@ -49,14 +66,14 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub hex: bool,
     /// Overall time budget of the command (all retries included), e.g. "10s", "500ms"
-    /// (etcdctl's --command-timeout is 5s too).
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, global = true)]
+    /// (etcdctl's --command-timeout is 5s too). Must be > 0.
+    #[arg(long, default_value = "5s", value_parser = positive_duration, global = true)]
     pub timeout: Duration,
-    /// Time budget of one attempt (capped by --timeout).
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration, global = true)]
+    /// Time budget of one attempt (capped by --timeout). Must be > 0.
+    #[arg(long, default_value = "5s", value_parser = positive_duration, global = true)]
     pub request_timeout: Duration,
-    /// Time budget to open a connection to one endpoint.
-    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration, global = true)]
+    /// Time budget to open a connection to one endpoint. Must be > 0.
+    #[arg(long, default_value = "2s", value_parser = positive_duration, global = true)]
     pub connect_timeout: Duration,
     /// What to do.
     #[command(subcommand)]
@@ -208,23 +225,23 @@ pub enum EndpointCommand {
 pub enum BenchCommand {
     /// Random-key puts from N concurrent clients for a fixed time.
     Put {
-        /// Concurrent writers.
-        #[arg(long, default_value_t = 64)]
+        /// Concurrent writers (>= 1).
+        #[arg(long, default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
         clients: usize,
-        /// How long to write, e.g. "30s".
-        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        /// How long to write, e.g. "30s" (> 0).
+        #[arg(long, default_value = "10s", value_parser = positive_duration)]
         duration: Duration,
         /// Bytes per value.
         #[arg(long, default_value_t = 128)]
         value_size: usize,
-        /// Number of distinct keys.
-        #[arg(long, default_value_t = 100_000)]
+        /// Number of distinct keys (>= 1).
+        #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
         key_space: u64,
         /// Key prefix.
         #[arg(long, default_value = "bench/")]
         key_prefix: String,
-        /// HTTP/2 connections per endpoint shared by the writers.
-        #[arg(long, default_value_t = 1)]
+        /// HTTP/2 connections per endpoint shared by the writers (>= 1).
+        #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
         connections: usize,
         /// No progress lines on stderr.
         #[arg(long)]
@@ -245,17 +262,51 @@ pub fn main() -> i32 {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("Error: cannot start the async runtime: {e}");
+            output::stderr_line(&format!("Error: cannot start the async runtime: {e}"));
             return 1;
         }
     };
     match runtime.block_on(run(cli)) {
         Ok(()) => 0,
+        // The reader of stdout went away (`ftkvctl scan | head -1`): a normal end, as for `cat`.
+        Err(e) if is_broken_pipe(&e) => 0,
         Err(e) => {
-            eprintln!("Error: {}", one_line(&e));
+            output::stderr_line(&format!("Error: {}", one_line(&e)));
             1
         }
     }
+}
+
+/// Whether the error comes from writing to a closed pipe.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// A duration argument (humantime syntax, e.g. "500ms", "5s") that must be > 0: a zero budget
+/// would fail every request and leave writes in an unknown state.
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if d.is_zero() {
+        return Err("must be greater than zero (e.g. \"500ms\", \"5s\")".to_string());
+    }
+    Ok(d)
+}
+
+/// Rejects a range `[start, end)` whose start sorts after its non-empty end (nodes refuse it as
+/// INVALID_ARGUMENT); `what` names the command for the message.
+fn check_range(what: &str, start: &[u8], end: &[u8], bytes: Bytes) -> anyhow::Result<()> {
+    if !end.is_empty() && start > end {
+        bail!(
+            "{what}: start key {:?} sorts after end key {:?}; the range [START, END) needs START <= END \
+             (omit END, or give \"\", for no upper bound)",
+            bytes.show(start),
+            bytes.show(end)
+        );
+    }
+    Ok(())
 }
 
 /// The error and its causes on one line.
@@ -316,9 +367,25 @@ async fn connect(cli: &Cli) -> anyhow::Result<Client> {
     Ok(client)
 }
 
-fn print(s: &str) {
-    if !s.is_empty() {
-        println!("{s}");
+/// Writes `out` and a newline to stdout, unless `out` is empty. Errors (a closed pipe
+/// included) are returned, never a panic as `println!` does.
+fn emit(out: &[u8]) -> anyhow::Result<()> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(out)
+        .and_then(|()| stdout.write_all(b"\n"))
+        .and_then(|()| stdout.flush())
+        .context("cannot write to stdout")
+}
+
+/// Adds the command and range to a node's INVALID_ARGUMENT answer (e.g. a range it refuses).
+fn explain_invalid(e: Error, what: &str) -> anyhow::Error {
+    match e {
+        Error::InvalidArgument { .. } => anyhow::Error::new(e).context(format!("{what} refused by the node")),
+        other => anyhow::Error::new(other),
     }
 }
 
@@ -345,7 +412,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 None => read_stdin_value(hex)?,
             };
             let info = client.put(arg_bytes(key, hex, "key")?, value).await?;
-            print(&write_ok(format, info));
+            emit(write_ok(format, info).as_bytes())?;
         }
         Command::Get {
             key,
@@ -366,26 +433,29 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     ..ScanOptions::default()
                 };
                 let kvs = client.scan_prefix(&key, *limit, opts).await?;
-                print_pairs(format, bytes, &kvs, *print_value_only);
+                emit(&pairs_output(format, bytes, &kvs, *print_value_only))?;
             } else {
                 let value = client.get_with(&key, consistency).await?;
-                print(&get_output(
+                emit(&get_output(
                     format,
                     bytes,
                     &key,
                     value.as_deref(),
                     *print_value_only,
-                ));
+                ))?;
             }
         }
         Command::Del { key, prefix } => {
             let key = arg_bytes(key, hex, "key")?;
             let info = if *prefix {
-                client.delete_prefix(&key).await?
+                client
+                    .delete_prefix(&key)
+                    .await
+                    .map_err(|e| explain_invalid(e, "del --prefix"))?
             } else {
-                client.delete(&key).await?
+                client.delete(&key).await.map_err(|e| explain_invalid(e, "del"))?
             };
-            print(&write_ok(format, info));
+            emit(write_ok(format, info).as_bytes())?;
         }
         Command::Scan {
             start,
@@ -406,8 +476,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 keys_only: *keys_only,
                 ..ScanOptions::default()
             };
-            let kvs = client.scan_all(&start, &end, *limit, opts).await?;
-            print(&output::kvs(format, bytes, &kvs, *keys_only));
+            check_range("scan", &start, &end, bytes)?;
+            let kvs = client
+                .scan_all(&start, &end, *limit, opts)
+                .await
+                .map_err(|e| explain_invalid(e, "scan"))?;
+            emit(&output::kvs(format, bytes, &kvs, *keys_only))?;
         }
         Command::Txn => {
             let mut script = String::new();
@@ -415,6 +489,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 .read_to_string(&mut script)
                 .context("cannot read the txn script from stdin")?;
             let txn = txn_script::parse(&script, hex)?;
+            for op in txn.success.iter().chain(&txn.failure) {
+                if let TxnOp::DeleteRange { start, end } = op {
+                    check_range("txn del-range", start, end, bytes)?;
+                }
+            }
             let branch_ops = |succeeded: bool| {
                 if succeeded {
                     txn.success.clone()
@@ -422,8 +501,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     txn.failure.clone()
                 }
             };
-            let result = client.txn(txn.clone()).await?;
-            print(&txn_output(format, bytes, &branch_ops(result.succeeded), &result));
+            let result = client
+                .txn(txn.clone())
+                .await
+                .map_err(|e| explain_invalid(e, "txn"))?;
+            emit(&txn_output(format, bytes, &branch_ops(result.succeeded), &result))?;
         }
         Command::Upsert(args) => {
             let op = match (
@@ -439,7 +521,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 _ => bail!("upsert needs one of --add, --append, --set-if-absent, --max"),
             };
             let info = client.upsert(arg_bytes(&args.key, hex, "key")?, op).await?;
-            print(&write_ok(format, info));
+            emit(write_ok(format, info).as_bytes())?;
         }
         Command::Member(cmd) => {
             let (message, membership) = match cmd {
@@ -461,9 +543,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             };
             if let (Some(m), Format::Simple | Format::Table) = (&message, format) {
-                println!("{m}");
+                emit(m.as_bytes())?;
             }
-            print(&output::membership(format, &membership));
+            emit(output::membership(format, &membership).as_bytes())?;
         }
         Command::Endpoint(EndpointCommand::Status { cluster, digest }) => {
             endpoint_status(&client, &cli, *cluster, *digest).await?;
@@ -487,8 +569,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let report = bench::run_put(&client, &cfg).await?;
             match format {
-                Format::Json => println!("{}", report.to_json()),
-                Format::Simple | Format::Table => println!("{}", report.to_text()),
+                Format::Json => emit(report.to_json().to_string().as_bytes())?,
+                Format::Simple | Format::Table => emit(report.to_text().as_bytes())?,
             }
             if report.ops == 0 {
                 bail!(
@@ -502,32 +584,39 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_pairs(format: Format, bytes: Bytes, kvs: &[crate::KeyValue], value_only: bool) {
+/// Output of `get --prefix`: pairs, or only the values (one per line, raw) in simple mode.
+fn pairs_output(format: Format, bytes: Bytes, kvs: &[crate::KeyValue], value_only: bool) -> Vec<u8> {
     if value_only && format == Format::Simple {
-        for kv in kvs {
-            println!("{}", bytes.show(&kv.value));
-        }
+        output::join_lines(kvs.iter().map(|kv| bytes.raw(&kv.value)))
     } else {
-        print(&output::kvs(format, bytes, kvs, false));
+        output::kvs(format, bytes, kvs, false)
     }
 }
 
-/// Output of `get KEY`: nothing / `{"found":false}` when absent.
-fn get_output(format: Format, bytes: Bytes, key: &[u8], value: Option<&[u8]>, value_only: bool) -> String {
+/// Output of `get KEY`: nothing / `{"found":false}` when absent; the value byte for byte in
+/// simple mode.
+fn get_output(format: Format, bytes: Bytes, key: &[u8], value: Option<&[u8]>, value_only: bool) -> Vec<u8> {
     match (format, value) {
-        (Format::Json, None) => json!({ "found": false }).to_string(),
+        (Format::Json, None) => json!({ "found": false }).to_string().into_bytes(),
         (Format::Json, Some(v)) => {
-            json!({ "found": true, "key": bytes.show(key), "value": bytes.show(v) }).to_string()
+            let mut obj = serde_json::Map::new();
+            obj.insert("found".into(), json!(true));
+            bytes.insert_json(&mut obj, "key", key);
+            bytes.insert_json(&mut obj, "value", v);
+            serde_json::Value::Object(obj).to_string().into_bytes()
         }
-        (_, None) => String::new(),
-        (Format::Simple, Some(v)) if value_only => bytes.show(v),
-        (Format::Simple, Some(v)) => format!("{}\n{}", bytes.show(key), bytes.show(v)),
-        (Format::Table, Some(v)) => output::table(&["KEY", "VALUE"], &[vec![bytes.show(key), bytes.show(v)]]),
+        (_, None) => Vec::new(),
+        (Format::Simple, Some(v)) if value_only => bytes.raw(v).into_owned(),
+        (Format::Simple, Some(v)) => output::join_lines([bytes.raw(key), bytes.raw(v)]),
+        (Format::Table, Some(v)) => {
+            output::table(&["KEY", "VALUE"], &[vec![bytes.show(key), bytes.show(v)]]).into_bytes()
+        }
     }
 }
 
-/// Output of `txn`: SUCCESS/FAILURE, then each get of the branch that ran.
-fn txn_output(format: Format, bytes: Bytes, ops: &[TxnOp], result: &crate::TxnResult) -> String {
+/// Output of `txn`: SUCCESS/FAILURE, then each get of the branch that ran (raw bytes in simple
+/// mode, lossless JSON fields in JSON mode).
+fn txn_output(format: Format, bytes: Bytes, ops: &[TxnOp], result: &crate::TxnResult) -> Vec<u8> {
     let verdict = if result.succeeded { "SUCCESS" } else { "FAILURE" };
     let missing = crate::TxnOpResult::default();
     let pairs = ops
@@ -536,36 +625,42 @@ fn txn_output(format: Format, bytes: Bytes, ops: &[TxnOp], result: &crate::TxnRe
     match format {
         Format::Json => {
             let results: Vec<serde_json::Value> = pairs
-                .map(|(op, r)| match op {
-                    TxnOp::Get { key } => {
-                        let mut v = json!({ "op": "get", "key": bytes.show(key), "found": r.found });
-                        if r.found {
-                            v["value"] = json!(bytes.show(&r.value));
+                .map(|(op, r)| {
+                    let (name, mut obj) = match op {
+                        TxnOp::Get { key } => {
+                            let mut obj = bytes.json_object(&[("key", key)]);
+                            obj.insert("found".into(), json!(r.found));
+                            if r.found {
+                                bytes.insert_json(&mut obj, "value", &r.value);
+                            }
+                            ("get", obj)
                         }
-                        v
-                    }
-                    TxnOp::Put { key, .. } => json!({ "op": "put", "key": bytes.show(key) }),
-                    TxnOp::Delete { key } => json!({ "op": "del", "key": bytes.show(key) }),
-                    TxnOp::Upsert { key, .. } => json!({ "op": "upsert", "key": bytes.show(key) }),
-                    TxnOp::DeleteRange { start, end } => {
-                        json!({ "op": "del-range", "start": bytes.show(start), "end": bytes.show(end) })
-                    }
+                        TxnOp::Put { key, .. } => ("put", bytes.json_object(&[("key", key)])),
+                        TxnOp::Delete { key } => ("del", bytes.json_object(&[("key", key)])),
+                        TxnOp::Upsert { key, .. } => ("upsert", bytes.json_object(&[("key", key)])),
+                        TxnOp::DeleteRange { start, end } => {
+                            ("del-range", bytes.json_object(&[("start", start), ("end", end)]))
+                        }
+                    };
+                    obj.insert("op".into(), json!(name));
+                    serde_json::Value::Object(obj)
                 })
                 .collect();
             json!({ "succeeded": result.succeeded, "log_index": result.info.log_index, "results": results })
                 .to_string()
+                .into_bytes()
         }
         Format::Simple | Format::Table => {
-            let mut lines = vec![verdict.to_string()];
+            let mut lines = vec![std::borrow::Cow::Borrowed(verdict.as_bytes())];
             for (op, r) in pairs {
                 if let TxnOp::Get { key } = op {
                     if r.found {
-                        lines.push(bytes.show(key));
-                        lines.push(bytes.show(&r.value));
+                        lines.push(bytes.raw(key));
+                        lines.push(bytes.raw(&r.value));
                     }
                 }
             }
-            lines.join("\n")
+            output::join_lines(lines)
         }
     }
 }
@@ -588,13 +683,13 @@ async fn endpoint_status(client: &Client, cli: &Cli, cluster: bool, digest: bool
         }
     }
     for (_, e) in &failed {
-        eprintln!("warning: {e}");
+        output::stderr_line(&format!("warning: {e}"));
     }
     if ok.is_empty() {
         let detail = failed.first().map(|(_, e)| e.to_string()).unwrap_or_default();
         bail!("no endpoint answered ({detail})");
     }
-    print(&output::statuses(cli.write_out, &ok));
+    emit(output::statuses(cli.write_out, &ok).as_bytes())?;
     Ok(())
 }
 
@@ -686,13 +781,13 @@ mod tests {
         let b = Bytes { hex: false };
         assert_eq!(
             get_output(Format::Json, b, b"k", None, false),
-            r#"{"found":false}"#
+            br#"{"found":false}"#
         );
-        assert_eq!(get_output(Format::Simple, b, b"k", None, false), "");
-        assert_eq!(get_output(Format::Simple, b, b"k", Some(b"v"), false), "k\nv");
-        assert_eq!(get_output(Format::Simple, b, b"k", Some(b"v"), true), "v");
+        assert_eq!(get_output(Format::Simple, b, b"k", None, false), b"");
+        assert_eq!(get_output(Format::Simple, b, b"k", Some(b"v"), false), b"k\nv");
+        assert_eq!(get_output(Format::Simple, b, b"k", Some(b"v"), true), b"v");
         let v: serde_json::Value =
-            serde_json::from_str(&get_output(Format::Json, b, b"k", Some(b"v"), false)).unwrap();
+            serde_json::from_slice(&get_output(Format::Json, b, b"k", Some(b"v"), false)).unwrap();
         assert_eq!(v["found"], true);
         assert_eq!(v["value"], "v");
     }
@@ -718,8 +813,9 @@ mod tests {
             info: ResponseInfo::default(),
         };
         let b = Bytes { hex: false };
-        assert_eq!(txn_output(Format::Simple, b, &ops, &result), "SUCCESS\na\n1");
-        let v: serde_json::Value = serde_json::from_str(&txn_output(Format::Json, b, &ops, &result)).unwrap();
+        assert_eq!(txn_output(Format::Simple, b, &ops, &result), b"SUCCESS\na\n1");
+        let v: serde_json::Value =
+            serde_json::from_slice(&txn_output(Format::Json, b, &ops, &result)).unwrap();
         assert_eq!(v["succeeded"], true);
         assert_eq!(v["results"][1]["value"], "1");
         assert_eq!(v["results"][0]["op"], "put");

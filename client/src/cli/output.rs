@@ -16,8 +16,16 @@ pub enum Format {
     Table,
 }
 
-/// How keys and values are shown: hex with `--hex`, else text (invalid UTF-8 replaced by
-/// U+FFFD; use `--hex` for binary data).
+/// How keys and values are rendered. Every rendering is lossless except `table` (a view for
+/// humans):
+///
+/// - `simple` ([`Bytes::raw`]): with `--hex` lower-case hex, else the bytes verbatim (binary
+///   values reach stdout byte for byte, e.g. `ftkvctl get k --print-value-only > file`).
+/// - `json` ([`Bytes::insert_json`]): a field holds the text when the bytes are valid UTF-8 and
+///   `--hex` is off; otherwise it holds lower-case hex and a sibling field `<name>_encoding` is
+///   `"hex"` (e.g. `"value":"00ff","value_encoding":"hex"`).
+/// - `table` ([`Bytes::show`]): hex with `--hex`, else text with each invalid UTF-8 byte shown as
+///   `\xNN`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bytes {
     /// Print as lower-case hex.
@@ -25,14 +33,75 @@ pub struct Bytes {
 }
 
 impl Bytes {
-    /// Renders one key or value.
+    /// Renders one key or value as text for a table cell: hex with `--hex`, else UTF-8 text
+    /// with each byte that is not valid UTF-8 written `\xNN`.
     pub fn show(&self, bytes: &[u8]) -> String {
         if self.hex {
-            super::hex::encode(bytes)
+            return super::hex::encode(bytes);
+        }
+        let mut out = String::with_capacity(bytes.len());
+        for chunk in bytes.utf8_chunks() {
+            out.push_str(chunk.valid());
+            for b in chunk.invalid() {
+                out.push_str(&format!("\\x{b:02x}"));
+            }
+        }
+        out
+    }
+
+    /// The bytes of one key or value for `simple` output: hex text with `--hex`, else the bytes
+    /// themselves, unchanged.
+    pub fn raw<'a>(&self, bytes: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
+        if self.hex {
+            std::borrow::Cow::Owned(super::hex::encode(bytes).into_bytes())
         } else {
-            String::from_utf8_lossy(bytes).into_owned()
+            std::borrow::Cow::Borrowed(bytes)
         }
     }
+
+    /// Sets `obj[name]` to the bytes, losslessly: UTF-8 text when they are valid UTF-8 and
+    /// `--hex` is off, else lower-case hex plus `obj["<name>_encoding"] = "hex"`.
+    pub fn insert_json(&self, obj: &mut serde_json::Map<String, Value>, name: &str, bytes: &[u8]) {
+        match std::str::from_utf8(bytes) {
+            Ok(text) if !self.hex => {
+                obj.insert(name.to_string(), Value::from(text));
+            }
+            _ => {
+                obj.insert(name.to_string(), Value::from(super::hex::encode(bytes)));
+                obj.insert(format!("{name}_encoding"), Value::from("hex"));
+            }
+        }
+    }
+
+    /// A JSON object of named byte fields (see [`Bytes::insert_json`]).
+    pub fn json_object(&self, fields: &[(&str, &[u8])]) -> serde_json::Map<String, Value> {
+        let mut obj = serde_json::Map::new();
+        for (name, bytes) in fields {
+            self.insert_json(&mut obj, name, bytes);
+        }
+        obj
+    }
+}
+
+/// Joins byte lines with `\n` (no trailing newline), as `simple` output does.
+pub fn join_lines<'a>(lines: impl IntoIterator<Item = std::borrow::Cow<'a, [u8]>>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, line) in lines.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b'\n');
+        }
+        out.extend_from_slice(&line);
+    }
+    out
+}
+
+/// Writes one line to stderr, ignoring failure (a closed stderr must not panic as `eprintln!`
+/// does).
+pub fn stderr_line(line: &str) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(line.as_bytes());
+    let _ = err.write_all(b"\n");
 }
 
 /// Replaces control characters by `\xNN` so that a cell stays on one line and aligned.
@@ -90,43 +159,48 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     out.join("\n")
 }
 
-/// Key-value pairs in the chosen format.
-pub fn kvs(format: Format, bytes: Bytes, pairs: &[KeyValue], keys_only: bool) -> String {
+/// Key-value pairs in the chosen format: `simple` is raw bytes (key line, value line; values
+/// are not escaped, so a value holding `\n` spans lines), `json` is
+/// `{"count":N,"kvs":[{"key":..,"value":..}]}` (lossless, see [`Bytes`]), `table` is text.
+pub fn kvs(format: Format, bytes: Bytes, pairs: &[KeyValue], keys_only: bool) -> Vec<u8> {
     match format {
         Format::Simple => {
             let mut lines = Vec::new();
             for kv in pairs {
-                lines.push(bytes.show(&kv.key));
+                lines.push(bytes.raw(&kv.key));
                 if !keys_only {
-                    lines.push(bytes.show(&kv.value));
+                    lines.push(bytes.raw(&kv.value));
                 }
             }
-            lines.join("\n")
+            join_lines(lines)
         }
         Format::Json => {
             let items: Vec<Value> = pairs
                 .iter()
                 .map(|kv| {
                     if keys_only {
-                        json!({ "key": bytes.show(&kv.key) })
+                        Value::Object(bytes.json_object(&[("key", &kv.key)]))
                     } else {
-                        json!({ "key": bytes.show(&kv.key), "value": bytes.show(&kv.value) })
+                        Value::Object(bytes.json_object(&[("key", &kv.key), ("value", &kv.value)]))
                     }
                 })
                 .collect();
-            json!({ "count": pairs.len(), "kvs": items }).to_string()
+            json!({ "count": pairs.len(), "kvs": items })
+                .to_string()
+                .into_bytes()
         }
         Format::Table => {
-            let rows: Vec<Vec<String>> = pairs
-                .iter()
-                .map(|kv| vec![bytes.show(&kv.key), bytes.show(&kv.value)])
-                .collect();
-            if keys_only {
+            let text = if keys_only {
                 let rows: Vec<Vec<String>> = pairs.iter().map(|kv| vec![bytes.show(&kv.key)]).collect();
                 table(&["KEY"], &rows)
             } else {
+                let rows: Vec<Vec<String>> = pairs
+                    .iter()
+                    .map(|kv| vec![bytes.show(&kv.key), bytes.show(&kv.value)])
+                    .collect();
                 table(&["KEY", "VALUE"], &rows)
-            }
+            };
+            text.into_bytes()
         }
     }
 }
@@ -294,7 +368,27 @@ mod tests {
     fn bytes_render_as_text_or_hex() {
         assert_eq!(Bytes { hex: false }.show(b"abc"), "abc");
         assert_eq!(Bytes { hex: true }.show(&[0, 255]), "00ff");
-        assert_eq!(Bytes { hex: false }.show(&[0x61, 0xff]), "a\u{fffd}");
+        assert_eq!(Bytes { hex: false }.show(&[0x61, 0xff]), "a\\xff");
+        assert_eq!(
+            Bytes { hex: false }.raw(&[0x61, 0xff, 0x00]).as_ref(),
+            &[0x61, 0xff, 0x00]
+        );
+        assert_eq!(Bytes { hex: true }.raw(&[0x61, 0xff]).as_ref(), b"61ff");
+    }
+
+    #[test]
+    fn json_fields_are_lossless() {
+        let text = Bytes { hex: false };
+        let obj = Value::Object(text.json_object(&[("key", b"k"), ("value", &[0xff, 0xfe, 0x00, 0x61])]));
+        assert_eq!(obj["key"], "k");
+        assert!(obj.get("key_encoding").is_none(), "{obj}");
+        assert_eq!(obj["value"], "fffe0061");
+        assert_eq!(obj["value_encoding"], "hex");
+        let hex = Value::Object(Bytes { hex: true }.json_object(&[("key", b"k")]));
+        assert_eq!(
+            (hex["key"].as_str(), hex["key_encoding"].as_str()),
+            (Some("6b"), Some("hex"))
+        );
     }
 
     #[test]
@@ -331,9 +425,18 @@ mod tests {
             key: b"k".to_vec(),
             value: b"v".to_vec(),
         }];
-        assert_eq!(kvs(Format::Simple, Bytes { hex: false }, &pairs, false), "k\nv");
-        assert_eq!(kvs(Format::Simple, Bytes { hex: true }, &pairs, true), "6b");
-        let v: Value = serde_json::from_str(&kvs(Format::Json, Bytes { hex: false }, &pairs, false)).unwrap();
+        assert_eq!(kvs(Format::Simple, Bytes { hex: false }, &pairs, false), b"k\nv");
+        assert_eq!(kvs(Format::Simple, Bytes { hex: true }, &pairs, true), b"6b");
+        let binary = vec![KeyValue {
+            key: vec![0xc3, 0x28],
+            value: vec![0x00, 0xff, 0x0a],
+        }];
+        assert_eq!(
+            kvs(Format::Simple, Bytes { hex: false }, &binary, false),
+            [0xc3, 0x28, 0x0a, 0x00, 0xff, 0x0a]
+        );
+        let v: Value =
+            serde_json::from_slice(&kvs(Format::Json, Bytes { hex: false }, &pairs, false)).unwrap();
         assert_eq!(v["count"], 1);
         assert_eq!(v["kvs"][0]["value"], "v");
     }

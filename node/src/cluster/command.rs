@@ -132,6 +132,34 @@ pub enum CommandResult {
     /// The session's sequence is below the client's acknowledged window: the original result
     /// was already delivered and forgotten. Not applied again.
     StaleSequence,
+    /// A retry of an applied command whose result was not kept because it was too large (a txn
+    /// whose get values exceed `session::MAX_KEPT_RESULT_BYTES`). Not applied again; the original
+    /// outcome is unknown to the caller (ambiguous).
+    TooLargeToKeep,
+    /// The session's sequence was already used by a different command (fingerprints differ): a
+    /// client bug. Not applied.
+    SequenceReused,
+}
+
+impl Command {
+    /// 64-bit fingerprint of what the command does, excluding its session (a retry may carry a
+    /// higher `first_incomplete`): xxh3-64 of `postcard((tag, body))`, tag 0 = `Write(ops)`,
+    /// 1 = `Txn(compares, success, failure)`. Deterministic across replicas and builds with the
+    /// same serde shapes. Used to detect a sequence reused for a different command.
+    pub fn fingerprint(&self) -> u64 {
+        let encoded = match self {
+            Command::Write { ops, .. } => postcard::to_stdvec(&(0u8, ops)),
+            Command::Txn {
+                compares,
+                success,
+                failure,
+                ..
+            } => postcard::to_stdvec(&(1u8, compares, success, failure)),
+        };
+        // Encoding into a Vec cannot fail for these types; if it ever did, every replica would
+        // fail the same way and fingerprint 0 keeps the outcome deterministic.
+        encoded.map_or(0, |bytes| xxhash_rust::xxh3::xxh3_64(&bytes))
+    }
 }
 
 /// Convenience for building upserts in tests and the server.

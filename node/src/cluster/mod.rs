@@ -130,12 +130,20 @@ pub struct MemberInfo {
     pub is_voter: bool,
 }
 
+fn leader_hint(id: Option<u64>, addr: Option<&str>) -> String {
+    match (id, addr) {
+        (Some(id), Some(addr)) => format!("the leader is node {id} at {addr}"),
+        (Some(id), None) => format!("the leader is node {id}"),
+        _ => "no leader is known yet".to_string(),
+    }
+}
+
 /// Errors of the cluster layer. `server/` maps each to one gRPC status.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClusterError {
     /// Not the leader; `leader_client_addr` says where to go when known.
-    #[error("not the leader (leader: {leader_id:?} at {leader_client_addr:?})")]
+    #[error("not the leader; {}", leader_hint(*leader_id, leader_client_addr.as_deref()))]
     NotLeader {
         /// Known leader.
         leader_id: Option<u64>,
@@ -158,7 +166,7 @@ pub enum ClusterError {
     #[error("storage fault: {0}")]
     Storage(String),
     /// Bad request (e.g. membership change naming an unknown node).
-    #[error("invalid: {0}")]
+    #[error("{0}")]
     Invalid(String),
 }
 
@@ -366,7 +374,8 @@ impl ClusterNode {
         }
     }
 
-    async fn is_initialized(&self) -> Result<bool, ClusterError> {
+    /// Whether this node already belongs to a cluster (has a membership log entry or vote).
+    pub async fn is_initialized(&self) -> Result<bool, ClusterError> {
         self.inner
             .raft
             .is_initialized()

@@ -2,16 +2,40 @@
 //! Linearizability at Large Scale and Low Latency", SOSP 2015).
 //!
 //! Per client id the state machine keeps the results of the sequences the client may still retry
-//! (`>= first_incomplete`, as the client reports it with every write). A retried command whose
-//! result is kept returns that result without being applied again; one below the window returns
-//! [`CommandResult::StaleSequence`]. Everything is bounded: [`MAX_RESULTS_PER_CLIENT`] results per
-//! client (older ones are dropped and the window raised), [`MAX_CLIENTS`] clients (the least
-//! recently used are evicted, by log index, so every replica evicts the same ones), and clients
-//! idle for [`SESSION_IDLE_ENTRIES`] log entries expire (a one-shot CLI process leaves its session
-//! behind; RIFL expires such leases the same way).
+//! (`>= first_incomplete`, as the client reports it with every write), each with a 64-bit
+//! fingerprint of its command ([`Command::fingerprint`](super::command::Command::fingerprint)). A
+//! retried command whose result is kept returns that result without being applied again (or
+//! [`CommandResult::SequenceReused`] when the fingerprint differs); one below the window returns
+//! [`CommandResult::StaleSequence`], which the server reports as ambiguous.
+//!
+//! Everything is bounded, deterministically (log indexes, never clocks; ties broken by client id):
+//! - a result whose value bytes exceed [`MAX_KEPT_RESULT_BYTES`] is kept as
+//!   [`CommandResult::TooLargeToKeep`] (a retry returns that, not a second application);
+//! - per client at most [`MAX_RESULTS_PER_CLIENT`] results and [`MAX_RESULT_BYTES_PER_CLIENT`]
+//!   bytes: the oldest are dropped and the window raised (their retries become stale);
+//! - at most [`MAX_CLIENTS`] clients and [`MAX_TABLE_RESULT_BYTES`] result bytes in all: the least
+//!   recently used clients (by log index) are evicted; clients idle for [`SESSION_IDLE_ENTRIES`]
+//!   log entries expire (RIFL expires leases the same way).
+//!
+//! Evicted or expired clients leave a tombstone (client id -> highest sequence ever applied), at
+//! most [`MAX_EVICTED_CLIENTS`] of them, oldest evictions dropped first. For a client with no
+//! session:
+//! - tombstone present: a sequence `<=` the highest applied one is stale (it may have been
+//!   applied: ambiguous, never re-applied); a higher one is new and re-creates the session with its
+//!   window above the tombstone;
+//! - no tombstone and `first_incomplete > 1`: the client has had answers, so its session was
+//!   forgotten: stale (ambiguous), for every sequence. Such a client id can never write again: a
+//!   client that gets an ambiguous stale answer should continue under a new client id (the thesis'
+//!   "session expired" rule);
+//! - no tombstone and `first_incomplete == 1`: fresh. **Residual risk**: a client whose first
+//!   writes were applied but never acknowledged to it (it still reports `first_incomplete == 1`),
+//!   whose session was then evicted and whose tombstone was dropped too (more than
+//!   [`MAX_EVICTED_CLIENTS`] later evictions, i.e. several thousand other clients or 1M+ idle log
+//!   entries before its retry), gets that retry applied a second time.
 //!
 //! Cost: the whole table is re-encoded into the engine metadata at every apply round, so its
-//! size bounds the per-round overhead (about 20 bytes per client plus its kept results).
+//! size bounds the per-round overhead: at most about [`MAX_TABLE_RESULT_BYTES`] of results plus
+//! ~30 bytes per client and ~15 per tombstone.
 //!
 //! The table is part of the state machine: it is persisted with the engine metadata atomically with
 //! the data, and travels in snapshots.
@@ -26,24 +50,71 @@ use super::command::{CommandResult, Session};
 pub const MAX_RESULTS_PER_CLIENT: usize = 1024;
 /// Most clients remembered; beyond it the least recently used are evicted.
 pub const MAX_CLIENTS: usize = 4 * 1024;
-/// A client with no command in this many log entries is forgotten.
+/// A client with no command in this many log entries is forgotten (leaving a tombstone).
 pub const SESSION_IDLE_ENTRIES: u64 = 1_000_000;
+/// A result whose value bytes (plus one per op) exceed this is kept as
+/// [`CommandResult::TooLargeToKeep`].
+pub const MAX_KEPT_RESULT_BYTES: u64 = 4 * 1024;
+/// Most estimated result bytes kept per client; beyond it its oldest results are dropped.
+pub const MAX_RESULT_BYTES_PER_CLIENT: u64 = 64 * 1024;
+/// Most estimated result bytes kept in the whole table; beyond it the least recently used
+/// clients are evicted.
+pub const MAX_TABLE_RESULT_BYTES: u64 = 4 * 1024 * 1024;
+/// Most tombstones of evicted clients; beyond it the oldest evictions are forgotten.
+pub const MAX_EVICTED_CLIENTS: usize = 4 * 1024;
+/// Estimated bytes of one kept result besides its values (sequence, fingerprint, framing).
+const KEPT_RESULT_OVERHEAD_BYTES: u64 = 32;
 /// Idle clients are swept at most once per this many log entries.
 const SWEEP_EVERY_ENTRIES: u64 = 4096;
 /// Evict down to this many clients when [`MAX_CLIENTS`] is exceeded (amortizes the eviction scan).
 const CLIENTS_AFTER_EVICTION: usize = MAX_CLIENTS - MAX_CLIENTS / 8;
+/// Evict down to this many result bytes when [`MAX_TABLE_RESULT_BYTES`] is exceeded.
+const TABLE_RESULT_BYTES_AFTER_EVICTION: u64 = MAX_TABLE_RESULT_BYTES - MAX_TABLE_RESULT_BYTES / 8;
+/// Drop tombstones down to this many when [`MAX_EVICTED_CLIENTS`] is exceeded.
+const EVICTED_AFTER_DROP: usize = MAX_EVICTED_CLIENTS - MAX_EVICTED_CLIENTS / 8;
 
 const _: () = assert!(CLIENTS_AFTER_EVICTION < MAX_CLIENTS && CLIENTS_AFTER_EVICTION > 0);
+const _: () = assert!(EVICTED_AFTER_DROP < MAX_EVICTED_CLIENTS && EVICTED_AFTER_DROP > 0);
+const _: () = assert!(MAX_KEPT_RESULT_BYTES + KEPT_RESULT_OVERHEAD_BYTES <= MAX_RESULT_BYTES_PER_CLIENT);
+const _: () = assert!(MAX_RESULT_BYTES_PER_CLIENT <= TABLE_RESULT_BYTES_AFTER_EVICTION);
 
 /// What to do with a command carrying a session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionCheck {
     /// Not seen before: apply it, then [`SessionTable::record`] its result.
     Fresh,
-    /// Already applied: return this result, do not apply again.
+    /// Already applied (or a reused sequence): return this result, do not apply.
     Duplicate(CommandResult),
-    /// Below the client's window: its result was delivered and forgotten.
+    /// Below the client's window, or possibly applied by a forgotten session: do not apply.
     Stale,
+}
+
+/// A remembered result and the fingerprint of the command that produced it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct KeptResult {
+    fingerprint: u64,
+    result: CommandResult,
+}
+
+impl KeptResult {
+    /// Estimated encoded size.
+    fn size_bytes(&self) -> u64 {
+        KEPT_RESULT_OVERHEAD_BYTES + value_bytes(&self.result)
+    }
+}
+
+/// Value bytes of a result plus one per op (what [`MAX_KEPT_RESULT_BYTES`] bounds).
+fn value_bytes(result: &CommandResult) -> u64 {
+    match result {
+        CommandResult::Txn { results, .. } => results
+            .iter()
+            .map(|r| 1 + r.as_ref().map_or(0, |v| v.len() as u64))
+            .sum(),
+        CommandResult::Written
+        | CommandResult::StaleSequence
+        | CommandResult::TooLargeToKeep
+        | CommandResult::SequenceReused => 0,
+    }
 }
 
 /// One client's window of remembered results.
@@ -52,15 +123,60 @@ struct ClientSession {
     /// Sequences below this are forgotten (answered with `StaleSequence`).
     window_low: u64,
     /// Results of applied sequences `>= window_low`.
-    results: BTreeMap<u64, CommandResult>,
+    results: BTreeMap<u64, KeptResult>,
+    /// Sum of [`KeptResult::size_bytes`] over `results`.
+    result_bytes: u64,
+    /// Highest sequence ever applied for this client (kept in its tombstone on eviction).
+    max_applied_sequence: u64,
     /// Log index of the last command of this client (for LRU eviction).
     last_used_index: u64,
+}
+
+impl ClientSession {
+    /// Drops the oldest result, raising the window above it; returns the bytes freed.
+    fn drop_oldest(&mut self) -> u64 {
+        match self.results.pop_first() {
+            Some((sequence, kept)) => {
+                self.window_low = self.window_low.max(sequence.saturating_add(1));
+                let freed = kept.size_bytes();
+                self.result_bytes = self.result_bytes.saturating_sub(freed);
+                freed
+            }
+            None => 0,
+        }
+    }
+
+    /// Forgets results below `low` and raises the window to it; returns the bytes freed.
+    fn forget_below(&mut self, low: u64) -> u64 {
+        if low <= self.window_low {
+            return 0;
+        }
+        self.window_low = low;
+        let kept = self.results.split_off(&low);
+        let freed: u64 = self.results.values().map(KeptResult::size_bytes).sum();
+        self.results = kept;
+        self.result_bytes = self.result_bytes.saturating_sub(freed);
+        freed
+    }
+}
+
+/// What is left of an evicted or expired client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct Tombstone {
+    /// Highest sequence the client ever had applied: retries up to it are stale.
+    max_applied_sequence: u64,
+    /// Log index of the eviction (oldest tombstones are dropped first).
+    evicted_at_index: u64,
 }
 
 /// All client sessions. Deterministic: every replica given the same commands holds the same table.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionTable {
     clients: BTreeMap<u64, ClientSession>,
+    /// Tombstones of evicted clients, by client id.
+    evicted: BTreeMap<u64, Tombstone>,
+    /// Sum of `result_bytes` over `clients`.
+    result_bytes: u64,
     /// Log index at or after which the next idle sweep runs.
     next_sweep_index: u64,
 }
@@ -72,67 +188,157 @@ impl SessionTable {
         self.clients.len()
     }
 
-    /// Classifies `session`, first forgetting results the client acknowledged
-    /// (`< session.first_incomplete`). `log_index` is the entry carrying the command.
-    pub fn check(&mut self, session: &Session, log_index: u64) -> SessionCheck {
+    /// Estimated bytes of all kept results.
+    #[cfg(test)]
+    pub fn result_bytes(&self) -> u64 {
+        self.result_bytes
+    }
+
+    /// Classifies `session` for a command with `fingerprint` ([`Command::fingerprint`]), first
+    /// forgetting results the client acknowledged (`< session.first_incomplete`). `log_index` is
+    /// the entry carrying the command. A kept sequence whose fingerprint differs yields
+    /// `Duplicate(CommandResult::SequenceReused)`.
+    ///
+    /// [`Command::fingerprint`]: super::command::Command::fingerprint
+    pub fn check(&mut self, session: &Session, fingerprint: u64, log_index: u64) -> SessionCheck {
         let Some(client) = self.clients.get_mut(&session.client_id) else {
-            return if session.sequence < session.first_incomplete {
-                SessionCheck::Stale
-            } else {
-                SessionCheck::Fresh
+            if session.sequence < session.first_incomplete {
+                return SessionCheck::Stale;
+            }
+            return match self.evicted.get(&session.client_id) {
+                Some(t) if session.sequence <= t.max_applied_sequence => SessionCheck::Stale,
+                Some(_) => SessionCheck::Fresh,
+                None if session.first_incomplete > 1 => SessionCheck::Stale,
+                None => SessionCheck::Fresh,
             };
         };
         client.last_used_index = client.last_used_index.max(log_index);
-        if session.first_incomplete > client.window_low {
-            client.window_low = session.first_incomplete;
-            client.results = client.results.split_off(&session.first_incomplete);
-        }
+        let freed = client.forget_below(session.first_incomplete);
+        self.result_bytes = self.result_bytes.saturating_sub(freed);
         if session.sequence < client.window_low {
             return SessionCheck::Stale;
         }
         match client.results.get(&session.sequence) {
-            Some(result) => SessionCheck::Duplicate(result.clone()),
+            Some(kept) if kept.fingerprint != fingerprint => {
+                SessionCheck::Duplicate(CommandResult::SequenceReused)
+            }
+            Some(kept) => SessionCheck::Duplicate(kept.result.clone()),
             None => SessionCheck::Fresh,
         }
     }
 
-    /// Remembers the result of a freshly applied command.
-    pub fn record(&mut self, session: &Session, result: &CommandResult, log_index: u64) {
+    /// Remembers the result of a freshly applied command (one [`SessionTable::check`] called
+    /// `Fresh`) with its command `fingerprint`; a result too large to keep is remembered as
+    /// [`CommandResult::TooLargeToKeep`]. May evict other clients (see the module docs).
+    pub fn record(&mut self, session: &Session, fingerprint: u64, result: &CommandResult, log_index: u64) {
+        let kept = KeptResult {
+            fingerprint,
+            result: if value_bytes(result) > MAX_KEPT_RESULT_BYTES {
+                CommandResult::TooLargeToKeep
+            } else {
+                result.clone()
+            },
+        };
+        let tombstone = self.evicted.remove(&session.client_id);
         let client = self
             .clients
             .entry(session.client_id)
             .or_insert_with(|| ClientSession {
-                window_low: session.first_incomplete,
+                window_low: tombstone.map_or(session.first_incomplete, |t| {
+                    session
+                        .first_incomplete
+                        .max(t.max_applied_sequence.saturating_add(1))
+                }),
                 results: BTreeMap::new(),
+                result_bytes: 0,
+                max_applied_sequence: tombstone.map_or(0, |t| t.max_applied_sequence),
                 last_used_index: log_index,
             });
         client.last_used_index = client.last_used_index.max(log_index);
-        client.results.insert(session.sequence, result.clone());
-        while client.results.len() > MAX_RESULTS_PER_CLIENT {
-            if let Some((oldest, _)) = client.results.pop_first() {
-                client.window_low = client.window_low.max(oldest + 1);
+        client.max_applied_sequence = client.max_applied_sequence.max(session.sequence);
+        let mut added = 0u64;
+        let mut freed = 0u64;
+        if session.sequence >= client.window_low {
+            added = kept.size_bytes();
+            client.result_bytes += added;
+            if let Some(old) = client.results.insert(session.sequence, kept) {
+                let old_bytes = old.size_bytes();
+                client.result_bytes = client.result_bytes.saturating_sub(old_bytes);
+                freed += old_bytes;
             }
         }
-        if self.clients.len() > MAX_CLIENTS {
-            self.evict_least_recently_used();
+        while client.results.len() > MAX_RESULTS_PER_CLIENT
+            || (client.result_bytes > MAX_RESULT_BYTES_PER_CLIENT && client.results.len() > 1)
+        {
+            freed += client.drop_oldest();
+        }
+        self.result_bytes = (self.result_bytes + added).saturating_sub(freed);
+        if self.clients.len() > MAX_CLIENTS || self.result_bytes > MAX_TABLE_RESULT_BYTES {
+            self.evict_least_recently_used(log_index);
         }
         if log_index >= self.next_sweep_index {
             self.next_sweep_index = log_index.saturating_add(SWEEP_EVERY_ENTRIES);
             let horizon = log_index.saturating_sub(SESSION_IDLE_ENTRIES);
-            self.clients.retain(|_, c| c.last_used_index >= horizon);
+            let idle: Vec<u64> = self
+                .clients
+                .iter()
+                .filter(|(_, c)| c.last_used_index < horizon)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in idle {
+                self.evict(id, log_index);
+            }
         }
+        self.drop_old_tombstones();
     }
 
-    fn evict_least_recently_used(&mut self) {
+    /// Evicts least recently used clients (ties: lower id first) down to
+    /// `CLIENTS_AFTER_EVICTION` clients and `TABLE_RESULT_BYTES_AFTER_EVICTION` result bytes.
+    fn evict_least_recently_used(&mut self, log_index: u64) {
         let mut by_use: Vec<(u64, u64)> = self
             .clients
             .iter()
             .map(|(id, c)| (c.last_used_index, *id))
             .collect();
         by_use.sort_unstable();
-        let excess = self.clients.len().saturating_sub(CLIENTS_AFTER_EVICTION);
-        for (_, id) in by_use.into_iter().take(excess) {
-            self.clients.remove(&id);
+        for (_, id) in by_use {
+            if self.clients.len() <= CLIENTS_AFTER_EVICTION
+                && self.result_bytes <= TABLE_RESULT_BYTES_AFTER_EVICTION
+            {
+                break;
+            }
+            self.evict(id, log_index);
+        }
+    }
+
+    /// Replaces client `id` by a tombstone.
+    fn evict(&mut self, id: u64, log_index: u64) {
+        if let Some(c) = self.clients.remove(&id) {
+            self.result_bytes = self.result_bytes.saturating_sub(c.result_bytes);
+            self.evicted.insert(
+                id,
+                Tombstone {
+                    max_applied_sequence: c.max_applied_sequence,
+                    evicted_at_index: log_index,
+                },
+            );
+        }
+    }
+
+    /// Drops the oldest tombstones (ties: lower id first) once there are too many.
+    fn drop_old_tombstones(&mut self) {
+        if self.evicted.len() <= MAX_EVICTED_CLIENTS {
+            return;
+        }
+        let mut by_age: Vec<(u64, u64)> = self
+            .evicted
+            .iter()
+            .map(|(id, t)| (t.evicted_at_index, *id))
+            .collect();
+        by_age.sort_unstable();
+        let excess = self.evicted.len().saturating_sub(EVICTED_AFTER_DROP);
+        for (_, id) in by_age.into_iter().take(excess) {
+            self.evicted.remove(&id);
         }
     }
 }
@@ -141,6 +347,9 @@ impl SessionTable {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// Fingerprint used by tests that do not exercise fingerprints.
+    const F: u64 = 0xF1;
 
     fn s(client_id: u64, sequence: u64, first_incomplete: u64) -> Session {
         Session {
@@ -153,18 +362,18 @@ mod tests {
     #[test]
     fn duplicate_returns_stored_result_and_stale_below_window() {
         let mut t = SessionTable::default();
-        assert_eq!(t.check(&s(7, 1, 1), 10), SessionCheck::Fresh);
-        t.record(&s(7, 1, 1), &CommandResult::Written, 10);
+        assert_eq!(t.check(&s(7, 1, 1), F, 10), SessionCheck::Fresh);
+        t.record(&s(7, 1, 1), F, &CommandResult::Written, 10);
         assert_eq!(
-            t.check(&s(7, 1, 1), 11),
+            t.check(&s(7, 1, 1), F, 11),
             SessionCheck::Duplicate(CommandResult::Written)
         );
         // Client acknowledged 1 (first_incomplete = 2): result 1 is forgotten.
-        assert_eq!(t.check(&s(7, 2, 2), 12), SessionCheck::Fresh);
-        t.record(&s(7, 2, 2), &CommandResult::Written, 12);
-        assert_eq!(t.check(&s(7, 1, 1), 13), SessionCheck::Stale);
+        assert_eq!(t.check(&s(7, 2, 2), F, 12), SessionCheck::Fresh);
+        t.record(&s(7, 2, 2), F, &CommandResult::Written, 12);
+        assert_eq!(t.check(&s(7, 1, 1), F, 13), SessionCheck::Stale);
         // Out-of-order pipelined sequence inside the window is fresh.
-        assert_eq!(t.check(&s(7, 4, 2), 14), SessionCheck::Fresh);
+        assert_eq!(t.check(&s(7, 4, 2), F, 14), SessionCheck::Fresh);
     }
 
     #[test]
@@ -172,11 +381,11 @@ mod tests {
         let mut t = SessionTable::default();
         let n = MAX_RESULTS_PER_CLIENT as u64 + 10;
         for seq in 1..=n {
-            t.record(&s(1, seq, 1), &CommandResult::Written, seq);
+            t.record(&s(1, seq, 1), F, &CommandResult::Written, seq);
         }
-        assert_eq!(t.check(&s(1, 1, 1), n + 1), SessionCheck::Stale);
+        assert_eq!(t.check(&s(1, 1, 1), F, n + 1), SessionCheck::Stale);
         assert_eq!(
-            t.check(&s(1, n, 1), n + 1),
+            t.check(&s(1, n, 1), F, n + 1),
             SessionCheck::Duplicate(CommandResult::Written)
         );
     }
@@ -184,14 +393,16 @@ mod tests {
     #[test]
     fn idle_clients_expire() {
         let mut t = SessionTable::default();
-        t.record(&s(1, 1, 1), &CommandResult::Written, 10);
-        t.record(&s(2, 1, 1), &CommandResult::Written, SESSION_IDLE_ENTRIES);
+        t.record(&s(1, 1, 1), F, &CommandResult::Written, 10);
+        t.record(&s(2, 1, 1), F, &CommandResult::Written, SESSION_IDLE_ENTRIES);
         let later = SESSION_IDLE_ENTRIES + SWEEP_EVERY_ENTRIES + 20;
-        t.record(&s(2, 2, 1), &CommandResult::Written, later);
+        t.record(&s(2, 2, 1), F, &CommandResult::Written, later);
         assert_eq!(t.client_count(), 1);
-        assert_eq!(t.check(&s(1, 1, 1), later + 1), SessionCheck::Fresh);
+        // Expired, but its tombstone still refuses the retry; the next sequence is new.
+        assert_eq!(t.check(&s(1, 1, 1), F, later + 1), SessionCheck::Stale);
+        assert_eq!(t.check(&s(1, 2, 1), F, later + 1), SessionCheck::Fresh);
         assert_eq!(
-            t.check(&s(2, 1, 1), later + 1),
+            t.check(&s(2, 1, 1), F, later + 1),
             SessionCheck::Duplicate(CommandResult::Written)
         );
     }
@@ -200,15 +411,198 @@ mod tests {
     fn clients_are_bounded_and_lru_evicted() {
         let mut t = SessionTable::default();
         for id in 1..=(MAX_CLIENTS as u64 + 1) {
-            t.record(&s(id, 1, 1), &CommandResult::Written, id);
+            t.record(&s(id, 1, 1), F, &CommandResult::Written, id);
         }
         assert_eq!(t.client_count(), CLIENTS_AFTER_EVICTION);
-        // The oldest client was evicted (its retry is treated as new), the newest kept.
-        assert_eq!(t.check(&s(1, 1, 1), u64::MAX), SessionCheck::Fresh);
+        // The oldest client was evicted: its retry is stale (ambiguous), never applied again.
+        assert_eq!(t.check(&s(1, 1, 1), F, u64::MAX), SessionCheck::Stale);
         let newest = MAX_CLIENTS as u64 + 1;
         assert_eq!(
-            t.check(&s(newest, 1, 1), u64::MAX),
+            t.check(&s(newest, 1, 1), F, u64::MAX),
             SessionCheck::Duplicate(CommandResult::Written)
         );
+    }
+
+    /// Sum of the per-client accounting, recomputed from the results.
+    fn recomputed_result_bytes(t: &SessionTable) -> u64 {
+        t.clients
+            .values()
+            .flat_map(|c| c.results.values())
+            .map(KeptResult::size_bytes)
+            .sum()
+    }
+
+    #[test]
+    fn evicted_client_retry_is_never_reapplied() {
+        let mut t = SessionTable::default();
+        let x = 1_000_000;
+        assert_eq!(t.check(&s(x, 1, 1), F, 1), SessionCheck::Fresh);
+        t.record(&s(x, 1, 1), F, &CommandResult::Written, 1);
+        // 4,700 other clients push X out of the LRU.
+        for id in 1..=4_700u64 {
+            t.record(&s(id, 1, 1), F, &CommandResult::Written, 1 + id);
+        }
+        assert!(t.client_count() <= MAX_CLIENTS);
+        assert!(!t.clients.contains_key(&x));
+        let now = 10_000;
+        // The retry of the applied sequence is stale (ambiguous), not applied again.
+        assert_eq!(t.check(&s(x, 1, 1), F, now), SessionCheck::Stale);
+        // A new sequence is fresh and re-creates the session with its window above the tombstone.
+        assert_eq!(t.check(&s(x, 2, 1), F, now), SessionCheck::Fresh);
+        t.record(&s(x, 2, 1), F, &CommandResult::Written, now);
+        assert_eq!(t.check(&s(x, 1, 1), F, now + 1), SessionCheck::Stale);
+        assert_eq!(
+            t.check(&s(x, 2, 1), F, now + 1),
+            SessionCheck::Duplicate(CommandResult::Written)
+        );
+        assert!(!t.evicted.contains_key(&x));
+        // An unknown client without a tombstone that has had answers (first_incomplete > 1)
+        // lost its session: stale for any sequence; a brand-new client is fresh.
+        assert_eq!(t.check(&s(77_777_777, 5, 3), F, now), SessionCheck::Stale);
+        assert_eq!(t.check(&s(77_777_777, 1, 1), F, now), SessionCheck::Fresh);
+    }
+
+    #[test]
+    fn tombstones_are_bounded_oldest_dropped_first() {
+        let mut t = SessionTable::default();
+        let n = (MAX_CLIENTS + MAX_EVICTED_CLIENTS) as u64 * 2;
+        for id in 1..=n {
+            t.record(&s(id, 1, 1), F, &CommandResult::Written, id);
+            assert!(t.evicted.len() <= MAX_EVICTED_CLIENTS);
+            assert!(t.client_count() <= MAX_CLIENTS);
+        }
+        // The most recently evicted client still has its tombstone; the very first lost it
+        // (the documented residual risk: its first_incomplete == 1 retry looks new).
+        let (&recent, _) = t
+            .evicted
+            .iter()
+            .max_by_key(|(id, tb)| (tb.evicted_at_index, **id))
+            .unwrap();
+        assert_eq!(t.check(&s(recent, 1, 1), F, n + 1), SessionCheck::Stale);
+        assert_eq!(t.check(&s(1, 1, 1), F, n + 1), SessionCheck::Fresh);
+    }
+
+    #[test]
+    fn big_txn_result_is_not_kept() {
+        let mut t = SessionTable::default();
+        let big = CommandResult::Txn {
+            succeeded: true,
+            results: vec![Some(vec![7u8; 1024 * 1024]); 20],
+        };
+        assert_eq!(t.check(&s(1, 1, 1), F, 1), SessionCheck::Fresh);
+        t.record(&s(1, 1, 1), F, &big, 1);
+        assert_eq!(
+            t.check(&s(1, 1, 1), F, 2),
+            SessionCheck::Duplicate(CommandResult::TooLargeToKeep)
+        );
+        assert!(t.result_bytes() <= KEPT_RESULT_OVERHEAD_BYTES);
+        assert!(postcard::to_stdvec(&t).unwrap().len() < 256);
+        // A small result is kept verbatim.
+        let small = CommandResult::Txn {
+            succeeded: false,
+            results: vec![Some(vec![1u8; 100]), None],
+        };
+        t.record(&s(1, 2, 1), F, &small, 3);
+        assert_eq!(t.check(&s(1, 2, 1), F, 4), SessionCheck::Duplicate(small));
+        assert_eq!(t.result_bytes(), recomputed_result_bytes(&t));
+    }
+
+    #[test]
+    fn reused_sequence_with_different_command_is_detected() {
+        use crate::cluster::command::{Command, TxnOp};
+        use ftkv_engine::WriteOp;
+        let session = Some(s(1, 1, 1));
+        let put = Command::Write {
+            session,
+            ops: vec![WriteOp::Put {
+                key: b"k".to_vec(),
+                value: b"v".to_vec(),
+            }],
+        };
+        let txn = Command::Txn {
+            session,
+            compares: vec![],
+            success: vec![TxnOp::Get { key: b"k".to_vec() }],
+            failure: vec![],
+        };
+        // The fingerprint ignores the session (a retry may carry a higher first_incomplete).
+        let put_retry = match put.clone() {
+            Command::Write { ops, .. } => Command::Write {
+                session: Some(s(1, 1, 0)),
+                ops,
+            },
+            other => other,
+        };
+        assert_eq!(put.fingerprint(), put_retry.fingerprint());
+        assert_ne!(put.fingerprint(), txn.fingerprint());
+
+        let mut t = SessionTable::default();
+        assert_eq!(t.check(&s(1, 1, 1), put.fingerprint(), 1), SessionCheck::Fresh);
+        t.record(&s(1, 1, 1), put.fingerprint(), &CommandResult::Written, 1);
+        assert_eq!(
+            t.check(&s(1, 1, 1), txn.fingerprint(), 2),
+            SessionCheck::Duplicate(CommandResult::SequenceReused)
+        );
+        assert_eq!(
+            t.check(&s(1, 1, 1), put_retry.fingerprint(), 3),
+            SessionCheck::Duplicate(CommandResult::Written)
+        );
+    }
+
+    #[test]
+    fn table_bytes_are_bounded() {
+        let result = |fill: u8| CommandResult::Txn {
+            succeeded: true,
+            results: vec![Some(vec![fill; 4000])],
+        };
+        // Per client: oldest results dropped, their retries stale.
+        let mut t = SessionTable::default();
+        for seq in 1..=100u64 {
+            t.record(&s(1, seq, 1), F, &result(seq as u8), seq);
+            assert!(t.result_bytes() <= MAX_RESULT_BYTES_PER_CLIENT);
+        }
+        assert_eq!(t.check(&s(1, 1, 1), F, 101), SessionCheck::Stale);
+        assert_eq!(
+            t.check(&s(1, 100, 1), F, 101),
+            SessionCheck::Duplicate(result(100))
+        );
+        assert_eq!(t.result_bytes(), recomputed_result_bytes(&t));
+
+        // Whole table: least recently used clients evicted beyond the byte budget, and their
+        // retries are stale, never re-applied.
+        let mut t = SessionTable::default();
+        let mut index = 0;
+        for id in 1..=200u64 {
+            for seq in 1..=16u64 {
+                index += 1;
+                t.record(&s(id, seq, 1), F, &result(seq as u8), index);
+                assert!(t.result_bytes() <= MAX_TABLE_RESULT_BYTES);
+            }
+        }
+        assert_eq!(t.result_bytes(), recomputed_result_bytes(&t));
+        let encoded = postcard::to_stdvec(&t).unwrap().len() as u64;
+        assert!(encoded <= MAX_TABLE_RESULT_BYTES + 64 * 1024, "encoded {encoded}");
+        assert!(t.client_count() < 200);
+        assert_eq!(t.check(&s(1, 16, 1), F, index + 1), SessionCheck::Stale);
+        assert_eq!(
+            t.check(&s(200, 16, 1), F, index + 1),
+            SessionCheck::Duplicate(result(16))
+        );
+    }
+
+    #[test]
+    fn acknowledged_results_are_freed() {
+        let mut t = SessionTable::default();
+        for seq in 1..=4u64 {
+            let r = CommandResult::Txn {
+                succeeded: true,
+                results: vec![Some(vec![0u8; 1000])],
+            };
+            t.record(&s(1, seq, 1), F, &r, seq);
+        }
+        let before = t.result_bytes();
+        assert_eq!(t.check(&s(1, 5, 4), F, 5), SessionCheck::Fresh);
+        assert!(t.result_bytes() < before / 2);
+        assert_eq!(t.result_bytes(), recomputed_result_bytes(&t));
     }
 }

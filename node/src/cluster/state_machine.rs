@@ -224,8 +224,10 @@ fn apply_command(
     log_index: u64,
 ) -> Result<CommandResult, EngineError> {
     let session = command.session();
+    // Fingerprint only commands with a session (it costs one re-encoding of the command).
+    let fingerprint = session.map_or(0, |_| command.fingerprint());
     if let Some(s) = &session {
-        match sessions.check(s, log_index) {
+        match sessions.check(s, fingerprint, log_index) {
             SessionCheck::Fresh => {}
             SessionCheck::Duplicate(result) => return Ok(result),
             SessionCheck::Stale => return Ok(CommandResult::StaleSequence),
@@ -267,7 +269,7 @@ fn apply_command(
         }
     };
     if let Some(s) = &session {
-        sessions.record(s, &result, log_index);
+        sessions.record(s, fingerprint, &result, log_index);
     }
     Ok(result)
 }
@@ -610,5 +612,95 @@ mod tests {
             follower.get_current_snapshot().await.unwrap().map(|s| s.meta),
             Some(snap.meta)
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn session_hardening_through_apply() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Arc::new(ModelEngine::new());
+        let mut sm = StateMachine::open(engine.clone(), dir.path()).unwrap();
+        let n = |e: &ModelEngine| e.get(b"n").unwrap();
+
+        // 1. Evicted client's retry is not re-applied.
+        sm.apply(vec![entry(1, vec![add(1_000_000, 1)])]).await.unwrap();
+        let others: Vec<Command> = (1..=4_700u64)
+            .map(|id| Command::Write {
+                session: Some(Session {
+                    client_id: id,
+                    sequence: 1,
+                    first_incomplete: 1,
+                }),
+                ops: vec![],
+            })
+            .collect();
+        sm.apply(vec![entry(2, others)]).await.unwrap();
+        let r = sm.apply(vec![entry(3, vec![add(1_000_000, 1)])]).await.unwrap();
+        assert_eq!(r[0].results[0], CommandResult::StaleSequence);
+        assert_eq!(n(&engine), Some(1i64.to_le_bytes().to_vec()));
+
+        // 2. A txn reading 20 x 1 MiB answers in full once; its retry gets TooLargeToKeep and
+        // the persisted metadata stays small.
+        sm.apply(vec![entry(
+            4,
+            vec![Command::Write {
+                session: None,
+                ops: vec![WriteOp::Put {
+                    key: b"big".to_vec(),
+                    value: vec![3u8; 1024 * 1024],
+                }],
+            }],
+        )])
+        .await
+        .unwrap();
+        let big_txn = Command::Txn {
+            session: Some(Session {
+                client_id: 5_000_000,
+                sequence: 1,
+                first_incomplete: 1,
+            }),
+            compares: vec![],
+            success: vec![TxnOp::Get { key: b"big".to_vec() }; 20],
+            failure: vec![],
+        };
+        let r = sm
+            .apply(vec![entry(5, vec![big_txn.clone()]), entry(6, vec![big_txn])])
+            .await
+            .unwrap();
+        match &r[0].results[0] {
+            CommandResult::Txn { results, .. } => assert_eq!(results.len(), 20),
+            other => panic!("expected a txn result, got {other:?}"),
+        }
+        assert_eq!(r[1].results[0], CommandResult::TooLargeToKeep);
+        let meta_len = engine.meta().unwrap().unwrap().len();
+        assert!(meta_len < 512 * 1024, "meta {meta_len} bytes");
+
+        // 3. Sequence reused for a different command: refused, not applied.
+        let put = Command::Write {
+            session: Some(Session {
+                client_id: 6_000_000,
+                sequence: 1,
+                first_incomplete: 1,
+            }),
+            ops: vec![upsert(b"n".to_vec(), UpsertOp::Add(1))],
+        };
+        let txn = Command::Txn {
+            session: put.session(),
+            compares: vec![],
+            success: vec![TxnOp::Write(upsert(b"n".to_vec(), UpsertOp::Add(100)))],
+            failure: vec![],
+        };
+        let r = sm
+            .apply(vec![entry(7, vec![put.clone(), txn, put])])
+            .await
+            .unwrap();
+        assert_eq!(
+            r[0].results,
+            vec![
+                CommandResult::Written,
+                CommandResult::SequenceReused,
+                CommandResult::Written
+            ]
+        );
+        assert_eq!(n(&engine), Some(2i64.to_le_bytes().to_vec()));
     }
 }

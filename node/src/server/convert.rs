@@ -94,6 +94,16 @@ pub fn upsert_op(
     })
 }
 
+/// Refuses a range whose non-empty end sorts before its start (an empty end is unbounded).
+pub fn check_range(start: &[u8], end: &[u8]) -> Result<(), Status> {
+    if !end.is_empty() && end < start {
+        return Err(errors::invalid(
+            "range end sorts before range start (an empty end means unbounded)",
+        ));
+    }
+    Ok(())
+}
+
 fn range_end(end: Vec<u8>) -> Option<Vec<u8>> {
     if end.is_empty() {
         None
@@ -116,6 +126,7 @@ pub fn write_op(limits: &Limits, op: pb::WriteOp, size: &mut BatchSize) -> Resul
         pb::write_op::Op::DeleteRange(r) => {
             bound(limits, &r.start)?;
             bound(limits, &r.end)?;
+            check_range(&r.start, &r.end)?;
             size.add(r.start.len() + r.end.len());
             WriteOp::DeleteRange {
                 start: r.start,
@@ -125,6 +136,7 @@ pub fn write_op(limits: &Limits, op: pb::WriteOp, size: &mut BatchSize) -> Resul
         pb::write_op::Op::UpsertRange(r) => {
             bound(limits, &r.start)?;
             bound(limits, &r.end)?;
+            check_range(&r.start, &r.end)?;
             size.add(r.start.len() + r.end.len());
             let op = upsert_op(limits, r.op, size)?;
             WriteOp::UpsertRange {

@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status};
 use super::convert::{self, BatchSize};
 use super::errors;
 use crate::cluster::{ClusterNode, Command, CommandResult};
-use crate::limits::{Limits, DEFAULT_SCAN_LIMIT, MAX_SCAN_LIMIT};
+use crate::limits::{Limits, DEFAULT_SCAN_LIMIT, MAX_SCAN_LIMIT, MAX_SCAN_PAGE_BYTES};
 
 /// The Kv service of one node.
 #[derive(Clone)]
@@ -52,11 +52,26 @@ impl KvService {
 
     async fn propose(&self, command: Command) -> Result<(CommandResult, u64), Status> {
         let (result, index) = self.cluster.write(command).await.map_err(errors::cluster)?;
-        if result == CommandResult::StaleSequence {
-            // The original outcome was applied or refused, then forgotten: unknown here.
-            return Err(errors::ambiguous(
-                "session sequence is below the server's window for this client: its outcome was forgotten",
-            ));
+        match result {
+            CommandResult::StaleSequence => {
+                // The original outcome was applied or refused, then forgotten: unknown here.
+                return Err(errors::ambiguous(
+                    "session sequence is below the server's window for this client: its outcome \
+                     was forgotten (start a new client session to keep writing)",
+                ));
+            }
+            CommandResult::TooLargeToKeep => {
+                return Err(errors::ambiguous(
+                    "duplicate of an applied request whose result was too large to keep; it was \
+                     not applied again",
+                ));
+            }
+            CommandResult::SequenceReused => {
+                return Err(errors::invalid(
+                    "session sequence was already used by a different request of this client",
+                ));
+            }
+            _ => {}
         }
         Ok((result, index))
     }
@@ -130,6 +145,7 @@ impl Kv for KvService {
             .check_bound(&req.start)
             .map_err(|e| errors::limit(&e))?;
         self.limits.check_bound(&req.end).map_err(|e| errors::limit(&e))?;
+        convert::check_range(&req.start, &req.end)?;
         let limit = match req.limit {
             0 => DEFAULT_SCAN_LIMIT,
             n => n.min(MAX_SCAN_LIMIT),
@@ -139,8 +155,20 @@ impl Kv for KvService {
         let mut pairs = self
             .blocking(move |e| e.scan(&start, if end.is_empty() { None } else { Some(&end) }, limit + 1))
             .await?;
-        let more = pairs.len() > limit;
+        let mut more = pairs.len() > limit;
         pairs.truncate(limit);
+        // Cut the page by bytes too (at least one pair), so it always fits in a message.
+        let mut page_bytes = 0usize;
+        if let Some(cut) = pairs.iter().position(|(k, v)| {
+            page_bytes += k.len() + if keys_only { 0 } else { v.len() };
+            page_bytes > MAX_SCAN_PAGE_BYTES
+        }) {
+            let keep = cut.max(1);
+            if keep < pairs.len() {
+                pairs.truncate(keep);
+                more = true;
+            }
+        }
         let next_start = match (more, pairs.last()) {
             (true, Some((k, _))) => {
                 let mut next = k.clone();

@@ -52,6 +52,9 @@ async fn render_metrics(State(state): State<AppState>) -> String {
 
 async fn ready(State(state): State<AppState>) -> (StatusCode, String) {
     let st = state.cluster.status();
+    if st.role == "shutdown" {
+        return (StatusCode::SERVICE_UNAVAILABLE, "raft stopped\n".into());
+    }
     match st.leader_id {
         Some(leader) if st.applied_index >= st.commit_index => {
             (StatusCode::OK, format!("ready (leader {leader})\n"))
