@@ -43,7 +43,8 @@ pub fn decode(text: &str) -> Result<Vec<u8>, HexError> {
     for (i, pair) in chars.chunks(2).enumerate() {
         let mut byte = 0u8;
         for (j, &ch) in pair.iter().enumerate() {
-            let v = ch.to_digit(16).ok_or(HexError::BadDigit {
+            // Built lazily: copying `text` per digit made large inputs quadratic.
+            let v = ch.to_digit(16).ok_or_else(|| HexError::BadDigit {
                 text: text.to_string(),
                 ch,
                 position: i * 2 + j,

@@ -226,7 +226,7 @@ pub enum BenchCommand {
     /// Random-key puts from N concurrent clients for a fixed time.
     Put {
         /// Concurrent writers (>= 1).
-        #[arg(long, default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+        #[arg(long, default_value_t = 64, value_parser = at_least_one::<usize>)]
         clients: usize,
         /// How long to write, e.g. "30s" (> 0).
         #[arg(long, default_value = "10s", value_parser = positive_duration)]
@@ -235,13 +235,13 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 128)]
         value_size: usize,
         /// Number of distinct keys (>= 1).
-        #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, default_value_t = 100_000, value_parser = at_least_one::<u64>)]
         key_space: u64,
         /// Key prefix.
         #[arg(long, default_value = "bench/")]
         key_prefix: String,
         /// HTTP/2 connections per endpoint shared by the writers (>= 1).
-        #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+        #[arg(long, default_value_t = 1, value_parser = at_least_one::<usize>)]
         connections: usize,
         /// No progress lines on stderr.
         #[arg(long)]
@@ -293,6 +293,17 @@ fn positive_duration(text: &str) -> Result<Duration, String> {
         return Err("must be greater than zero (e.g. \"500ms\", \"5s\")".to_string());
     }
     Ok(d)
+}
+
+/// A count argument that must be >= 1 (0 would run nothing or silently mean 1).
+fn at_least_one<T: std::str::FromStr + PartialEq + From<u8>>(text: &str) -> Result<T, String> {
+    let n: T = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a whole number"))?;
+    if n == T::from(0u8) {
+        return Err("must be at least 1".to_string());
+    }
+    Ok(n)
 }
 
 /// Rejects a range `[start, end)` whose start sorts after its non-empty end (nodes refuse it as
@@ -819,6 +830,66 @@ mod tests {
         assert_eq!(v["succeeded"], true);
         assert_eq!(v["results"][1]["value"], "1");
         assert_eq!(v["results"][0]["op"], "put");
+    }
+
+    #[test]
+    fn zero_durations_are_rejected() {
+        assert_eq!(positive_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert!(positive_duration("0ms")
+            .unwrap_err()
+            .contains("greater than zero"));
+        assert!(positive_duration("0s").is_err());
+        assert!(positive_duration("soon").is_err());
+        let e = Cli::try_parse_from(["ftkvctl", "--request-timeout", "0ms", "put", "k", "v"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("--request-timeout"), "{e}");
+        let e = Cli::try_parse_from(["ftkvctl", "bench", "put", "--clients", "0"]).unwrap_err();
+        assert!(e.to_string().contains("must be at least 1"), "{e}");
+        assert!(Cli::try_parse_from(["ftkvctl", "bench", "put", "--key-space", "x"]).is_err());
+        assert!(Cli::try_parse_from(["ftkvctl", "bench", "put", "--duration", "0s"]).is_err());
+        assert!(Cli::try_parse_from(["ftkvctl", "bench", "put", "--clients", "1"]).is_ok());
+    }
+
+    #[test]
+    fn reversed_ranges_are_refused() {
+        let b = Bytes { hex: false };
+        assert!(check_range("scan", b"a", b"b", b).is_ok());
+        assert!(check_range("scan", b"a", b"a", b).is_ok());
+        assert!(check_range("scan", b"z", b"", b).is_ok(), "empty end = unbounded");
+        let e = check_range("scan", b"b", b"a", b).unwrap_err();
+        assert!(
+            one_line(&e).starts_with("scan: start key \"b\" sorts after end key \"a\""),
+            "{e}"
+        );
+        let e = check_range("txn del-range", &[2], &[1], Bytes { hex: true }).unwrap_err();
+        assert!(one_line(&e).contains("\"02\" sorts after end key \"01\""), "{e}");
+    }
+
+    #[test]
+    fn invalid_argument_from_the_node_names_the_command() {
+        let e = explain_invalid(
+            Error::InvalidArgument {
+                message: "start > end".into(),
+                limit: None,
+            },
+            "scan",
+        );
+        assert_eq!(
+            one_line(&e),
+            "scan refused by the node: invalid argument: start > end"
+        );
+        let e = explain_invalid(Error::Timeout { elapsed_ms: 5 }, "scan");
+        assert_eq!(one_line(&e), "timed out after 5 ms");
+    }
+
+    #[test]
+    fn broken_pipe_is_recognised_through_context() {
+        let io = std::io::Error::from(std::io::ErrorKind::BrokenPipe);
+        let e = anyhow::Error::new(io).context("cannot write to stdout");
+        assert!(is_broken_pipe(&e));
+        let other = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
+        assert!(!is_broken_pipe(&other));
+        assert!(!is_broken_pipe(&anyhow::anyhow!("broken pipe")));
     }
 
     #[test]
