@@ -23,12 +23,10 @@
 //! - tombstone present: a sequence `<=` the highest applied one is stale (it may have been
 //!   applied: ambiguous, never re-applied); a higher one is new and re-creates the session with its
 //!   window above the tombstone;
-//! - no tombstone and `first_incomplete > 1`: the client has had answers, so its session was
-//!   forgotten: stale (ambiguous), for every sequence. Such a client id can never write again: a
-//!   client that gets an ambiguous stale answer should continue under a new client id (the thesis'
-//!   "session expired" rule);
-//! - no tombstone and `first_incomplete == 1`: fresh. **Residual risk**: a client whose first
-//!   writes were applied but never acknowledged to it (it still reports `first_incomplete == 1`),
+//! - no tombstone: fresh, whatever `first_incomplete` says: a client consumes sequences on
+//!   requests the server refuses before they reach the log (validation errors, NOT_LEADER), so a
+//!   high `first_incomplete` does not prove the client was ever known (treating it as evicted
+//!   locked such clients out for good). **Residual risk**: a client whose writes were applied,
 //!   whose session was then evicted and whose tombstone was dropped too (more than
 //!   [`MAX_EVICTED_CLIENTS`] later evictions, i.e. several thousand other clients or 1M+ idle log
 //!   entries before its retry), gets that retry applied a second time.
@@ -208,7 +206,6 @@ impl SessionTable {
             return match self.evicted.get(&session.client_id) {
                 Some(t) if session.sequence <= t.max_applied_sequence => SessionCheck::Stale,
                 Some(_) => SessionCheck::Fresh,
-                None if session.first_incomplete > 1 => SessionCheck::Stale,
                 None => SessionCheck::Fresh,
             };
         };
@@ -456,9 +453,9 @@ mod tests {
             SessionCheck::Duplicate(CommandResult::Written)
         );
         assert!(!t.evicted.contains_key(&x));
-        // An unknown client without a tombstone that has had answers (first_incomplete > 1)
-        // lost its session: stale for any sequence; a brand-new client is fresh.
-        assert_eq!(t.check(&s(77_777_777, 5, 3), F, now), SessionCheck::Stale);
+        // An unknown client without a tombstone is fresh, also when its first sequences were
+        // consumed by requests refused before the log (first_incomplete > 1).
+        assert_eq!(t.check(&s(77_777_777, 5, 3), F, now), SessionCheck::Fresh);
         assert_eq!(t.check(&s(77_777_777, 1, 1), F, now), SessionCheck::Fresh);
     }
 
