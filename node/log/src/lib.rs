@@ -659,9 +659,8 @@ impl Log {
         if durable {
             self.wait_durable(st, ticket)
         } else {
-            // Rides the next group flush: waking the flusher here would cost an fsync of its own
-            // for every commit-index update a follower receives (one per heartbeat).
             drop(st);
+            sh.work_cv.notify_one();
             Ok(())
         }
     }
