@@ -328,23 +328,7 @@ async fn bad_input_is_refused_and_no_node_panics() {
             cluster.log_tail(id, 30)
         );
     }
-    // The cluster still serves writes. A leader change while the oversized requests were being
-    // refused can make one attempt's outcome unknown (ambiguous), which is correct behaviour, so
-    // allow a few attempts within a bound; a write must succeed.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        match client.put("still/alive", "yes").await {
-            Ok(_) => break,
-            Err(e) if e.is_ambiguous() || e.is_retryable() => {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "no write succeeded within 30 s: {e}"
-                );
-                eprintln!("still/alive put: {e}; retrying");
-            }
-            Err(e) => panic!("the cluster refused a plain put after the bad input: {e}"),
-        }
-    }
+    client.put("still/alive", "yes").await.unwrap();
     cluster.wait_all_caught_up().await.unwrap();
     for id in cluster.ids() {
         let status = cluster.status(id).await.unwrap();
