@@ -17,6 +17,7 @@ use ftkv_proto::v1::kv_client::KvClient;
 use parking_lot::Mutex;
 use tonic::transport::Channel;
 
+use crate::batch::BatchConn;
 use crate::error::{classify_status, Error, Result};
 use crate::retry::RetryPolicy;
 use crate::session::{SessionTracker, WriteSession, DEFAULT_SESSION_WINDOW};
@@ -39,6 +40,7 @@ struct Config {
     max_message_bytes: usize,
     session_window: u64,
     connections_per_endpoint: usize,
+    batch_requests: bool,
 }
 
 /// Builds a [`Client`]: `Client::builder().endpoints(["127.0.0.1:7379"]).build().await?`.
@@ -60,6 +62,7 @@ impl Default for ClientBuilder {
                 max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
                 session_window: DEFAULT_SESSION_WINDOW,
                 connections_per_endpoint: 1,
+                batch_requests: true,
             },
             debug_drop_write_responses: 0,
         }
@@ -119,6 +122,16 @@ impl ClientBuilder {
         self
     }
 
+    /// Multiplex concurrent get/put/delete/write/txn/upsert calls over one `Kv.Batch` stream
+    /// per endpoint (default true; TiKV's batch commands). Each request is still answered
+    /// on its own, with the same errors and retry behaviour as a unary call; a busy client
+    /// pays the gRPC framing once per batch of concurrent calls. Nodes without `Kv.Batch` are
+    /// detected and served by unary calls. False: one unary RPC per call.
+    pub fn batch_requests(mut self, enabled: bool) -> Self {
+        self.config.batch_requests = enabled;
+        self
+    }
+
     /// **Test only.** Discards the first `n` successful write responses (put, delete, write,
     /// txn, upsert) as if the request had timed out after the node applied it, so the client
     /// retries them with the same session. Used to show that a retried `Upsert{Add}` after a
@@ -150,6 +163,7 @@ impl ClientBuilder {
             pool: Mutex::new(Pool {
                 endpoints,
                 channels: HashMap::new(),
+                batches: HashMap::new(),
             }),
             preferred: Mutex::new(None),
             rotation: AtomicUsize::new(0),
@@ -203,6 +217,8 @@ struct Pool {
     endpoints: Vec<String>,
     /// Lazily connected channels per endpoint (`connections_per_endpoint` each).
     channels: HashMap<String, Vec<Channel>>,
+    /// `Kv.Batch` stream per endpoint (when `batch_requests`), reopened after it breaks.
+    batches: HashMap<String, BatchConn>,
 }
 
 #[derive(Debug)]
@@ -217,6 +233,63 @@ struct Inner {
     next_connection: AtomicUsize,
     sessions: Arc<SessionTracker>,
     drop_write_responses: AtomicU32,
+}
+
+/// What one attempt of a call may use: the endpoint's channel and, when batching is on, its
+/// `Kv.Batch` stream.
+#[derive(Debug, Clone)]
+struct Conn {
+    channel: Channel,
+    batch: Option<BatchConn>,
+}
+
+/// The `Kv` calls of one attempt: through the endpoint's `Kv.Batch` stream when there is one,
+/// else unary. Same shapes as the generated `KvClient` methods.
+struct KvConn {
+    unary: KvClient<Channel>,
+    batch: Option<BatchConn>,
+}
+
+macro_rules! kv_call {
+    ($name:ident, $req:ty, $resp:ty, $variant:ident) => {
+        async fn $name(&mut self, req: $req) -> std::result::Result<tonic::Response<$resp>, tonic::Status> {
+            use pb::batch_request_item::Request as Rq;
+            use pb::batch_response_item::Response as Rs;
+            let Some(batch) = &self.batch else {
+                return self.unary.$name(req).await;
+            };
+            match batch.call(Rq::$variant(req)).await {
+                Ok(Rs::$variant(r)) => Ok(tonic::Response::new(r)),
+                Ok(_) => Err(tonic::Status::internal(concat!(
+                    "batch answer of another kind than ",
+                    stringify!($variant)
+                ))),
+                // The node has no Kv.Batch (the request never ran): the retry loop's next
+                // attempt goes unary, since the connection is now marked unsupported.
+                Err(status) if status.code() == tonic::Code::Unimplemented && batch.is_unsupported() => Err(
+                    tonic::Status::unavailable("node does not serve Kv.Batch; retrying with unary calls"),
+                ),
+                Err(status) => Err(status),
+            }
+        }
+    };
+}
+
+impl KvConn {
+    kv_call!(get, pb::GetRequest, pb::GetResponse, Get);
+    kv_call!(put, pb::PutRequest, pb::PutResponse, Put);
+    kv_call!(delete, pb::DeleteRequest, pb::DeleteResponse, Delete);
+    kv_call!(write, pb::WriteRequest, pb::WriteResponse, Write);
+    kv_call!(txn, pb::TxnRequest, pb::TxnResponse, Txn);
+    kv_call!(upsert, pb::UpsertRequest, pb::UpsertResponse, Upsert);
+
+    /// Scans stay unary (pages are large; nothing to gain from batching).
+    async fn scan(
+        &mut self,
+        req: pb::ScanRequest,
+    ) -> std::result::Result<tonic::Response<pb::ScanResponse>, tonic::Status> {
+        self.unary.scan(req).await
+    }
 }
 
 /// What a call is, for the retry loop.
@@ -277,13 +350,41 @@ impl Inner {
         Ok(ch)
     }
 
-    fn kv(&self, ch: Channel) -> KvClient<Channel> {
+    fn kv_client(&self, ch: Channel) -> KvClient<Channel> {
         KvClient::new(ch)
             .max_decoding_message_size(self.config.max_message_bytes)
             .max_encoding_message_size(self.config.max_message_bytes)
     }
 
-    fn cluster(&self, ch: Channel) -> ClusterClient<Channel> {
+    fn kv(&self, conn: Conn) -> KvConn {
+        KvConn {
+            unary: self.kv_client(conn.channel),
+            batch: conn.batch,
+        }
+    }
+
+    /// The `Kv.Batch` stream to `endpoint` (opened on first use, reopened once closed), or
+    /// `None` when batching is off or the node does not serve it.
+    fn batch_conn(&self, endpoint: &str, channel: &Channel) -> Option<BatchConn> {
+        if !self.config.batch_requests {
+            return None;
+        }
+        let mut pool = self.pool.lock();
+        if let Some(conn) = pool.batches.get(endpoint) {
+            if conn.is_unsupported() {
+                return None;
+            }
+            if !conn.is_closed() {
+                return Some(conn.clone());
+            }
+        }
+        let conn = BatchConn::open(self.kv_client(channel.clone()));
+        pool.batches.insert(endpoint.to_string(), conn.clone());
+        Some(conn)
+    }
+
+    fn cluster(&self, conn: Conn) -> ClusterClient<Channel> {
+        let ch = conn.channel;
         ClusterClient::new(ch)
             .max_decoding_message_size(self.config.max_message_bytes)
             .max_encoding_message_size(self.config.max_message_bytes)
@@ -327,7 +428,7 @@ impl Inner {
     /// Runs one call under the retry policy. `attempt` sends one request on a channel.
     async fn call<T, F, Fut>(&self, kind: CallKind, target: Target, mut attempt: F) -> Result<T>
     where
-        F: FnMut(Channel) -> Fut,
+        F: FnMut(Conn) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
     {
         let policy = match target {
@@ -373,7 +474,8 @@ impl Inner {
                 .config
                 .request_timeout
                 .min(deadline.saturating_duration_since(now));
-            let result = tokio::time::timeout(budget, attempt(channel)).await;
+            let batch = self.batch_conn(&endpoint, &channel);
+            let result = tokio::time::timeout(budget, attempt(Conn { channel, batch })).await;
             let error = match result {
                 Ok(Ok(value)) => {
                     if kind == CallKind::Write && self.take_injected_drop() {
@@ -683,7 +785,7 @@ impl Client {
     /// Sends one session-carrying write under the retry policy.
     async fn write_call<T, F, Fut>(&self, session: &WriteSession, mut attempt: F) -> Result<T>
     where
-        F: FnMut(KvClient<Channel>, pb::Session) -> Fut,
+        F: FnMut(KvConn, pb::Session) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
     {
         let inner = &self.inner;

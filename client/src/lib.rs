@@ -23,6 +23,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod batch;
 mod client;
 mod error;
 mod retry;

@@ -344,3 +344,53 @@ async fn bench_loop_against_a_fake_leader() {
     eprintln!("{}", report.to_text());
     assert_eq!(report.errors, 0);
 }
+
+#[tokio::test]
+async fn calls_go_through_the_batch_stream_and_fall_back_to_unary_on_old_nodes() {
+    // A node serving Kv.Batch: concurrent writes share one stream, answers match callers.
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let node = FakeNode::leader(&shared);
+    let batch_calls = node.batch_requests.clone();
+    let ep = serve(node).await;
+    let client = Client::builder().endpoints([&ep]).build().await.unwrap();
+    let mut writes = Vec::new();
+    for i in 0..50u32 {
+        let c = client.clone();
+        writes.push(tokio::spawn(async move {
+            c.put(format!("k{i}"), format!("v{i}")).await
+        }));
+    }
+    for w in writes {
+        w.await.unwrap().unwrap();
+    }
+    for i in 0..50u32 {
+        assert_eq!(
+            client.get(format!("k{i}")).await.unwrap(),
+            Some(format!("v{i}").into_bytes())
+        );
+    }
+    // Item errors keep their kind: an oversized key is InvalidArgument naming the limit.
+    let err = client.put("k".repeat(100), "v").await.unwrap_err();
+    assert!(
+        matches!(err, ftkv_client::Error::InvalidArgument { .. }),
+        "{err:?}"
+    );
+    assert_eq!(batch_calls.load(Ordering::SeqCst), 1, "one stream for every call");
+
+    // An older node without Kv.Batch: the same calls succeed through unary RPCs.
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let mut old = FakeNode::leader(&shared);
+    old.batch_unimplemented = true;
+    let old_calls = old.batch_requests.clone();
+    let ep = serve(old).await;
+    let client = Client::builder().endpoints([&ep]).build().await.unwrap();
+    client.put("a", "1").await.unwrap();
+    client.put("b", "2").await.unwrap();
+    assert_eq!(client.get("a").await.unwrap(), Some(b"1".to_vec()));
+    assert_eq!(shared.lock().unwrap().kv.len(), 2);
+    assert_eq!(
+        old_calls.load(Ordering::SeqCst),
+        1,
+        "unsupported is remembered, not retried per call"
+    );
+}

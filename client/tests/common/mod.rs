@@ -37,6 +37,10 @@ pub struct FakeNode {
     /// Refuse writes over this many key bytes with a LIMIT error.
     pub max_key_bytes: usize,
     pub members: Arc<Mutex<Vec<pb::Member>>>,
+    /// `Kv.Batch` calls seen by this node.
+    pub batch_requests: Arc<AtomicU32>,
+    /// Answer `Kv.Batch` with UNIMPLEMENTED (an older node): the client must fall back to unary.
+    pub batch_unimplemented: bool,
 }
 
 impl FakeNode {
@@ -49,6 +53,8 @@ impl FakeNode {
             fail_after_apply: Arc::default(),
             max_key_bytes: 24,
             members: Arc::default(),
+            batch_requests: Arc::default(),
+            batch_unimplemented: false,
         }
     }
 
@@ -124,8 +130,80 @@ impl FakeNode {
     }
 }
 
+type BatchStream =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<pb::BatchResponse, Status>> + Send + 'static>>;
+
+impl FakeNode {
+    /// One batch item through the unary handler of its kind (as the real node does).
+    async fn batch_item(&self, item: pb::BatchRequestItem) -> pb::BatchResponseItem {
+        use pb::batch_request_item::Request as Rq;
+        use pb::batch_response_item::Response as Rs;
+        let result = match item.request {
+            Some(Rq::Get(r)) => Kv::get(self, Request::new(r))
+                .await
+                .map(|r| Rs::Get(r.into_inner())),
+            Some(Rq::Put(r)) => Kv::put(self, Request::new(r))
+                .await
+                .map(|r| Rs::Put(r.into_inner())),
+            Some(Rq::Delete(r)) => Kv::delete(self, Request::new(r))
+                .await
+                .map(|r| Rs::Delete(r.into_inner())),
+            Some(Rq::Write(r)) => Kv::write(self, Request::new(r))
+                .await
+                .map(|r| Rs::Write(r.into_inner())),
+            Some(Rq::Txn(r)) => Kv::txn(self, Request::new(r))
+                .await
+                .map(|r| Rs::Txn(r.into_inner())),
+            Some(Rq::Upsert(r)) => Kv::upsert(self, Request::new(r))
+                .await
+                .map(|r| Rs::Upsert(r.into_inner())),
+            None => Err(Status::invalid_argument("empty item")),
+        };
+        let response = result.unwrap_or_else(|status| {
+            Rs::Error(pb::ItemError {
+                code: status.code() as i32,
+                message: status.message().to_string(),
+                details: status.details().to_vec(),
+            })
+        });
+        pb::BatchResponseItem {
+            id: item.id,
+            response: Some(response),
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl Kv for FakeNode {
+    type BatchStream = BatchStream;
+
+    async fn batch(
+        &self,
+        request: Request<tonic::Streaming<pb::BatchRequest>>,
+    ) -> Result<Response<BatchStream>, Status> {
+        self.batch_requests.fetch_add(1, Ordering::SeqCst);
+        if self.batch_unimplemented {
+            return Err(Status::unimplemented("Kv.Batch is not served by this fake node"));
+        }
+        let mut inbound = request.into_inner();
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let node = self.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(batch)) = inbound.message().await {
+                let mut items = Vec::new();
+                for item in batch.items {
+                    items.push(node.batch_item(item).await);
+                }
+                if tx.send(Ok(pb::BatchResponse { items })).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+
     async fn get(&self, request: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
         self.requests.fetch_add(1, Ordering::SeqCst);
         let req = request.into_inner();

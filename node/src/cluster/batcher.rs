@@ -206,8 +206,10 @@ async fn propose(
         commands.push(p.command);
         replies.push(p.reply);
     }
+    let started = std::time::Instant::now();
     let outcome = propose_entry(&raft, &config, commands).await;
     drop(permit);
+    metrics::histogram!("ftkv_batch_entry_commit_seconds").record(started.elapsed());
     let (results, index) = match outcome {
         Ok(v) => {
             // Only entries this node committed as leader count (not proposals refused as a follower).

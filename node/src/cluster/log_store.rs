@@ -332,7 +332,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 }
             })
         } else {
-            Box::new(move |res| callback.log_io_completed(res.map_err(io_error)))
+            let started = std::time::Instant::now();
+            Box::new(move |res| {
+                metrics::histogram!("ftkv_log_append_flush_seconds").record(started.elapsed());
+                callback.log_io_completed(res.map_err(io_error))
+            })
         };
         self.shared
             .log

@@ -153,6 +153,17 @@ enum Rpc {
     InstallSnapshot,
 }
 
+impl Rpc {
+    /// Metric label.
+    fn name(self) -> &'static str {
+        match self {
+            Rpc::AppendEntries => "append_entries",
+            Rpc::Vote => "vote",
+            Rpc::InstallSnapshot => "install_snapshot",
+        }
+    }
+}
+
 type RpcResult<T, E> = Result<T, RPCError<NodeId, NodeAddr, RaftError<NodeId, E>>>;
 
 impl PeerNetwork {
@@ -181,11 +192,13 @@ impl PeerNetwork {
             is_error: false,
         });
         request.set_timeout(option.hard_ttl());
+        let started = std::time::Instant::now();
         let response = match rpc {
             Rpc::AppendEntries => client.append_entries(request).await,
             Rpc::Vote => client.vote(request).await,
             Rpc::InstallSnapshot => client.install_snapshot(request).await,
         };
+        metrics::histogram!("ftkv_peer_rpc_seconds", "rpc" => rpc.name()).record(started.elapsed());
         let msg = match response {
             Ok(r) => r.into_inner(),
             Err(status) if status.code() == tonic::Code::Unavailable => {

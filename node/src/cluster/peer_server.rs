@@ -50,8 +50,12 @@ fn encode<T: Serialize, E: Serialize>(
 #[tonic::async_trait]
 impl RaftService for PeerServer {
     async fn append_entries(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let req = decode(request.get_ref())?;
-        encode(self.node_id, self.raft.append_entries(req).await)
+        let started = std::time::Instant::now();
+        let req: openraft::raft::AppendEntriesRequest<super::types::TypeConfig> = decode(request.get_ref())?;
+        metrics::histogram!("ftkv_peer_append_entries_entries").record(req.entries.len() as f64);
+        let out = encode(self.node_id, self.raft.append_entries(req).await);
+        metrics::histogram!("ftkv_peer_handle_seconds", "rpc" => "append_entries").record(started.elapsed());
+        out
     }
 
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {

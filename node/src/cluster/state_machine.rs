@@ -275,6 +275,8 @@ fn apply_command(
 }
 
 fn apply_entries(shared: &Shared, entries: Vec<Entry>) -> Result<Vec<EntryResults>, StorageError> {
+    let started = std::time::Instant::now();
+    metrics::histogram!("ftkv_sm_apply_entries").record(entries.len() as f64);
     let mut state = shared.state.lock();
     let mut batch = ApplyBatch::new(shared.engine.as_ref());
     let mut out = Vec::with_capacity(entries.len());
@@ -307,6 +309,7 @@ fn apply_entries(shared: &Shared, entries: Vec<Entry>) -> Result<Vec<EntryResult
     if let Some(l) = state.last_applied {
         shared.applied_index.store(l.index, Ordering::Release);
     }
+    metrics::histogram!("ftkv_sm_apply_seconds").record(started.elapsed());
     Ok(out)
 }
 

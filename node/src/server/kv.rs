@@ -96,6 +96,18 @@ impl KvService {
 
 #[tonic::async_trait]
 impl Kv for KvService {
+    type BatchStream = super::batch::BatchStream;
+
+    async fn batch(
+        &self,
+        request: Request<tonic::Streaming<pb::BatchRequest>>,
+    ) -> Result<Response<Self::BatchStream>, Status> {
+        Ok(Response::new(super::batch::serve(
+            Arc::new(self.clone()),
+            request.into_inner(),
+        )))
+    }
+
     async fn get(&self, request: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
         let req = request.into_inner();
         self.limits.check_key(&req.key).map_err(|e| errors::limit(&e))?;

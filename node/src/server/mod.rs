@@ -4,6 +4,7 @@
 //!
 //! This is the only layer that formats gRPC statuses ([`errors`]).
 
+pub mod batch;
 pub mod cluster_svc;
 pub mod convert;
 pub mod errors;
