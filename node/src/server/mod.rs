@@ -14,7 +14,6 @@ pub mod status_http;
 use std::net::SocketAddr;
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::cluster::ClusterNode;
 use crate::limits::Limits;
@@ -57,7 +56,7 @@ pub async fn serve_client(
         .add_service(reflection)
         .add_service(kv)
         .add_service(cluster_svc)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming(listener), shutdown)
         .await?;
     Ok(())
 }
@@ -71,9 +70,16 @@ pub async fn serve_peer(
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(cluster.peer_service())
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming(listener), shutdown)
         .await?;
     Ok(())
+}
+
+/// Accepted connections of `listener` with `TCP_NODELAY` set. `Server::tcp_nodelay` applies
+/// only to listeners tonic binds itself: without this, small responses wait for the peer's
+/// delayed ACK (Nagle), adding ~40 ms to a share of the calls under load.
+fn incoming(listener: TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
 /// Local address of a bound listener, for logs.
