@@ -298,13 +298,33 @@ impl Default for BatchConfig {
 
 /// `[testing]`: switches that deliberately break guarantees so the fault harness can prove it
 /// catches them (canaries). Never set them in production.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TestingConfig {
     /// Serve linearizable reads from the local state machine without a ReadIndex round.
     pub unsafe_local_reads: bool,
     /// Acknowledge log appends before fsync.
     pub unsafe_ack_before_fsync: bool,
+    /// Open the log and the engine files through `ftkv_vfs::UnsyncedBufferVfs`: every write since
+    /// a file's last fdatasync stays in process memory, so a SIGKILL loses exactly what was not
+    /// synced, like a power cut (the fault harness's `lose-unsynced` nemesis). Safe as such (the
+    /// node loses nothing it acknowledged) but slower and memory-hungry; tests only.
+    pub lose_unsynced_on_kill: bool,
+    /// With `lose_unsynced_on_kill`: simulated latency of each fdatasync of a file with unsynced
+    /// writes, ms (default 10, a slow disk; test machines' virtual disks sync in about 0.1 ms,
+    /// which would leave a kill almost no unsynced window to lose).
+    pub lose_unsynced_sync_latency_ms: u64,
+}
+
+impl Default for TestingConfig {
+    fn default() -> Self {
+        Self {
+            unsafe_local_reads: false,
+            unsafe_ack_before_fsync: false,
+            lose_unsynced_on_kill: false,
+            lose_unsynced_sync_latency_ms: 10,
+        }
+    }
 }
 
 impl Config {
@@ -512,6 +532,20 @@ mod tests {
         );
         assert_eq!(Config::from_toml(&printed).unwrap(), cfg);
         assert_eq!(exact_size(64 << 20), "64MiB");
+    }
+
+    #[test]
+    fn testing_section_lose_unsynced_keys() {
+        let cfg = Config::default();
+        assert!(!cfg.testing.lose_unsynced_on_kill);
+        assert_eq!(cfg.testing.lose_unsynced_sync_latency_ms, 10);
+        let cfg = Config::from_toml(
+            "[testing]\nlose_unsynced_on_kill = true\nlose_unsynced_sync_latency_ms = 50\n",
+        )
+        .unwrap();
+        assert!(cfg.testing.lose_unsynced_on_kill);
+        assert_eq!(cfg.testing.lose_unsynced_sync_latency_ms, 50);
+        assert_eq!(Config::from_toml(&cfg.to_toml()).unwrap(), cfg);
     }
 
     #[test]

@@ -98,6 +98,13 @@ struct RunArgs {
     /// TEST ONLY: acknowledge log appends before fsync (unsafe canary).
     #[arg(long, hide = true)]
     unsafe_ack_before_fsync: bool,
+    /// TEST ONLY: keep every unsynced write in process memory so that SIGKILL loses it, like a
+    /// power cut (config `testing.lose_unsynced_on_kill`).
+    #[arg(long, hide = true, env = "FTKV_UNSAFE_LOSE_UNSYNCED_ON_KILL")]
+    unsafe_lose_unsynced_on_kill: bool,
+    /// TEST ONLY: simulated fdatasync latency in the lose-unsynced mode, ms (default 10).
+    #[arg(long, hide = true, env = "FTKV_UNSAFE_LOSE_UNSYNCED_SYNC_LATENCY_MS")]
+    unsafe_lose_unsynced_sync_latency_ms: Option<u64>,
 }
 
 impl RunArgs {
@@ -157,6 +164,10 @@ impl RunArgs {
         }
         c.testing.unsafe_local_reads |= self.unsafe_local_reads;
         c.testing.unsafe_ack_before_fsync |= self.unsafe_ack_before_fsync;
+        c.testing.lose_unsynced_on_kill |= self.unsafe_lose_unsynced_on_kill;
+        if let Some(v) = self.unsafe_lose_unsynced_sync_latency_ms {
+            c.testing.lose_unsynced_sync_latency_ms = v;
+        }
         c.validate()?;
         Ok(c)
     }

@@ -55,14 +55,25 @@ impl DataDirLock {
     }
 }
 
-/// Opens the configured engine under `DATA_DIR/engine`.
+/// Opens the configured engine under `DATA_DIR/engine`. With `testing.lose_unsynced_on_kill` the
+/// fractal engine runs over `ftkv_vfs::UnsyncedBufferVfs` (the sled engine does its own I/O and is
+/// not covered).
 pub fn open_engine(config: &Config) -> anyhow::Result<Arc<dyn ftkv_engine::Engine>> {
     let opts = ftkv_engine::EngineOptions {
         dir: config.data_dir.join("engine"),
         cache_size_bytes: config.engine.cache_size.as_u64(),
         compression_level: config.engine.compression.zstd_level(),
     };
-    ftkv_engine::open_engine(config.engine.kind, &opts).with_context(|| {
+    let lose_unsynced_engine =
+        config.testing.lose_unsynced_on_kill && config.engine.kind == ftkv_engine::EngineKind::Fractal;
+    let opened = if lose_unsynced_engine {
+        let latency = std::time::Duration::from_millis(config.testing.lose_unsynced_sync_latency_ms);
+        ftkv_engine::fractal::FractalEngine::open(ftkv_vfs::UnsyncedBufferVfs::over_real(latency), &opts)
+            .map(|e| Arc::new(e) as Arc<dyn ftkv_engine::Engine>)
+    } else {
+        ftkv_engine::open_engine(config.engine.kind, &opts)
+    };
+    opened.with_context(|| {
         format!(
             "cannot open the {} engine in {}",
             config.engine.kind.as_str(),
@@ -95,6 +106,8 @@ pub fn cluster_config(config: &Config) -> ClusterConfig {
         peer_max_message_bytes: config.raft.peer_max_message_size.as_u64() as usize,
         unsafe_local_reads: config.testing.unsafe_local_reads,
         unsafe_ack_before_fsync: config.testing.unsafe_ack_before_fsync,
+        lose_unsynced_on_kill: config.testing.lose_unsynced_on_kill,
+        lose_unsynced_sync_latency_ms: config.testing.lose_unsynced_sync_latency_ms,
     }
 }
 
@@ -188,12 +201,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             // A fatal storage error (failed fsync, corrupt snapshot, checksum mismatch) stops the
             // Raft core. Exit loudly then, instead of lingering as a process that answers health
             // checks but cannot serve: a supervisor restarts it and clients fail over.
-            loop {
-                tokio::time::sleep(Duration::from_millis(250)).await;
-                if c.status().role == "shutdown" {
-                    return;
-                }
-            }
+            // A panic inside the core (e.g. an openraft assertion) ends its task without a
+            // Shutdown state: `core_stopped` also sees the metrics channel close.
+            c.core_stopped().await
         }
     };
     tokio::select! {

@@ -150,8 +150,9 @@ pub struct ClusterOptions {
     pub engine: Option<String>,
     /// Extra flags appended to every node's command line (e.g. `--snapshot-every-entries 100`).
     pub extra_args: Vec<String>,
-    /// Extra environment for every node. `RUST_LOG` defaults to the test's own value, else `info`;
-    /// `NO_COLOR=1` is always set (plain log files).
+    /// Extra environment for every node; `{id}` in a value is replaced by the node's id (per-node
+    /// files, e.g. a libfaketime clock file). `RUST_LOG` defaults to the test's own value, else
+    /// `info`; `NO_COLOR=1` is always set (plain log files).
     pub env: Vec<(String, String)>,
     /// Host every node binds and advertises. Default `127.0.0.1`.
     pub host: String,
@@ -879,7 +880,13 @@ impl Cluster {
             .env_remove("FTKV_KEEP_TEST_DIR");
         // Plain logs (no ANSI colours) so tests and people can grep them.
         command.env("NO_COLOR", "1");
-        command.envs(self.options.env.iter().map(|(key, value)| (key, value)));
+        let id_text = id.to_string();
+        command.envs(
+            self.options
+                .env
+                .iter()
+                .map(|(key, value)| (key, value.replace("{id}", &id_text))),
+        );
         let child = spawn_tied(command).map_err(io_error(format!("spawning node {id}")))?;
         slot.child = Some(child);
         slot.paused = false;

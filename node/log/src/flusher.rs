@@ -4,16 +4,110 @@
 //! fdatasyncs once and fires every callback it took. Ordering rules that recovery relies on:
 //! * a segment is fdatasynced before any byte of the next segment is written, so only the newest
 //!   segment can ever hold a torn tail;
-//! * a new segment's name is made durable (directory sync) before callbacks of records in it fire.
+//! * a new segment's name is made durable (directory sync) before callbacks of records in it fire;
+//! * a new segment is a preallocated file (zero-filled and fsynced under [`PREPARED_NAME`] by the
+//!   preparer thread, [`run_preparer`]) renamed to its segment name, so record writes never
+//!   change the file's size and fdatasync has no metadata to write;
+//! * after a synced round, once its callbacks have fired, the flusher writes the segment's
+//!   durable mark (the synced end offset) into a header slot without syncing it: the next round's
+//!   fdatasync (or the OS) persists it. At most one mark write per [`MARK_INTERVAL`] while busy,
+//!   always when the queue is empty.
 
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ftkv_vfs::VfsFile;
+use ftkv_vfs::{Vfs, VfsFile};
 
-use crate::format::segment_path;
+use crate::format::{encode_mark, mark_slot_offset, segment_path, DurableMark, RECORDS_START};
 use crate::{io_err, AppendCallback, Chunk, LogError, Shared, SyncMode};
+
+/// File name of the next segment while it is being preallocated (ignored by recovery).
+pub(crate) const PREPARED_NAME: &str = "next-segment.tmp";
+
+/// While commits keep arriving, durable marks are written at most this often.
+pub(crate) const MARK_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Zero bytes written per call while preallocating, in bytes.
+const ZERO_CHUNK_BYTES: u64 = 1 << 20;
+
+/// Creates (or resets) [`PREPARED_NAME`] in `dir` as `size_bytes` of zeros, fdatasynced.
+/// Zeros are written, not only allocated: fdatasync of a later overwrite then has no extent or
+/// size metadata to update (etcd's WAL, PostgreSQL's WAL files).
+pub(crate) fn prepare_file(vfs: &dyn Vfs, dir: &Path, size_bytes: u64) -> Result<Arc<dyn VfsFile>, LogError> {
+    let path = dir.join(PREPARED_NAME);
+    let ctx = |what: &str| format!("{what} {}", path.display());
+    let file = vfs.open(&path, true).map_err(|e| io_err(ctx("create"), e))?;
+    file.set_len(0).map_err(|e| io_err(ctx("reset"), e))?;
+    let zeros = vec![0u8; ZERO_CHUNK_BYTES.min(size_bytes) as usize];
+    let mut offset = 0u64;
+    while offset < size_bytes {
+        let n = (size_bytes - offset).min(zeros.len() as u64) as usize;
+        file.write_all_at(&zeros[..n], offset)
+            .map_err(|e| io_err(ctx("zero-fill"), e))?;
+        offset += n as u64;
+    }
+    file.sync_data().map_err(|e| io_err(ctx("sync"), e))?;
+    Ok(file)
+}
+
+/// The preparer thread: whenever the flusher asks (the active segment is a quarter full), it
+/// preallocates the next segment file so that a roll only renames it.
+pub(crate) fn run_preparer(sh: Arc<Shared>) {
+    loop {
+        {
+            let mut p = sh.prep.lock();
+            loop {
+                if p.shutdown {
+                    return;
+                }
+                if p.wanted && p.file.is_none() && !p.busy {
+                    break;
+                }
+                sh.prep_cv.wait(&mut p);
+            }
+            p.wanted = false;
+            p.busy = true;
+        }
+        let size = sh.opts.segment_size_bytes;
+        let result = prepare_file(&*sh.vfs, &sh.dir, size);
+        let mut p = sh.prep.lock();
+        p.busy = false;
+        match result {
+            Ok(file) => p.file = Some((file, size)),
+            // The flusher prepares the file itself at the roll and reports the error then.
+            Err(e) => {
+                tracing::warn!(dir = %sh.dir.display(), error = %e, "log: preallocating the next segment failed")
+            }
+        }
+        drop(p);
+        sh.prep_cv.notify_all();
+    }
+}
+
+/// Asks the preparer for the next segment file unless one is ready or being made.
+fn request_prepared(sh: &Shared) {
+    let mut p = sh.prep.lock();
+    if p.file.is_none() && !p.busy && !p.wanted {
+        p.wanted = true;
+        drop(p);
+        sh.prep_cv.notify_all();
+    }
+}
+
+/// Takes the prepared file if it has `size_bytes`, else preallocates one now (slow path: the
+/// preparer fell behind, or an oversized record needs a larger segment).
+fn take_prepared(sh: &Shared, size_bytes: u64) -> Result<Arc<dyn VfsFile>, LogError> {
+    let mut p = sh.prep.lock();
+    while p.busy {
+        sh.prep_cv.wait(&mut p);
+    }
+    match p.file.take() {
+        Some((file, size)) if size == size_bytes => Ok(file),
+        _ => prepare_file(&*sh.vfs, &sh.dir, size_bytes),
+    }
+}
 
 /// One round of work taken from the queue.
 struct Batch {
@@ -31,6 +125,16 @@ struct Flusher {
     current_unsynced: bool,
     /// End of the bytes written to `current` by this flusher (None until known).
     current_end: Option<u64>,
+    /// Preallocated size of `current`, in bytes.
+    current_size: u64,
+    /// (segment, end offset) known fdatasynced.
+    synced: Option<(u64, u64)>,
+    /// The last durable mark written, and to which segment.
+    mark_seq: u64,
+    mark: DurableMark,
+    last_mark_at: Instant,
+    /// A mark was written to `current` since its last fdatasync.
+    mark_unsynced: bool,
     /// A segment was created and the directory not synced since.
     dir_dirty: bool,
     last_sync: Instant,
@@ -57,10 +161,20 @@ fn period(sh: &Shared) -> Option<Duration> {
 
 /// Runs until shutdown (after a final flush) or until the log is poisoned.
 pub(crate) fn run(sh: Arc<Shared>) {
+    let (mark_seq, mark) = {
+        let st = sh.state.lock();
+        (st.active_seq, st.open_mark)
+    };
     let mut fl = Flusher {
         current: None,
         current_unsynced: false,
         current_end: None,
+        current_size: 0,
+        synced: None,
+        mark_seq,
+        mark,
+        last_mark_at: Instant::now(),
+        mark_unsynced: false,
         dir_dirty: false,
         last_sync: Instant::now(),
     };
@@ -76,6 +190,14 @@ pub(crate) fn run(sh: Arc<Shared>) {
                 for cb in batch.callbacks {
                     cb(Ok(()));
                 }
+                if let Err(e) = write_mark(&sh, &mut fl) {
+                    poison(&sh, &e);
+                    let later = std::mem::take(&mut sh.state.lock().callbacks);
+                    for cb in later {
+                        cb(Err(LogError::Poisoned));
+                    }
+                    return;
+                }
             }
             Err(e) => {
                 poison(&sh, &e);
@@ -88,6 +210,19 @@ pub(crate) fn run(sh: Arc<Shared>) {
                     cb(Err(LogError::Poisoned));
                 }
                 return;
+            }
+        }
+    }
+    // Clean shutdown: make the last mark durable too (one fdatasync, off every commit's path).
+    if let (true, Some((seq, file))) = (fl.mark_unsynced, &fl.current) {
+        if sh.state.lock().poison.is_none() {
+            match file.sync_data() {
+                Ok(()) => {
+                    sh.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    tracing::warn!(segment = seq, error = %e, "log: syncing the final durable mark failed")
+                }
             }
         }
     }
@@ -139,12 +274,20 @@ impl Flusher {
                 .map_err(|e| io_err(format!("fdatasync segment {seq}"), e))?;
             sh.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
             self.current_unsynced = false;
+            self.mark_unsynced = false;
         }
         Ok(())
     }
 
-    /// Makes `seq` the current segment, syncing the previous one first (creating `seq` if asked).
-    fn switch_to(&mut self, sh: &Shared, seq: u64, create: bool) -> Result<Arc<dyn VfsFile>, LogError> {
+    /// Makes `seq` the current segment, syncing the previous one first (creating `seq` if asked,
+    /// from a preallocated file of `size_bytes`).
+    fn switch_to(
+        &mut self,
+        sh: &Shared,
+        seq: u64,
+        create: bool,
+        size_bytes: u64,
+    ) -> Result<Arc<dyn VfsFile>, LogError> {
         if let Some((cur, file)) = &self.current {
             if *cur == seq {
                 return Ok(Arc::clone(file));
@@ -153,20 +296,18 @@ impl Flusher {
         self.sync_current(sh)?;
         let file = if create {
             let path = segment_path(&sh.dir, seq);
-            let file = sh
-                .vfs
-                .open(&path, true)
-                .map_err(|e| io_err(format!("create {}", path.display()), e))?;
-            if file
-                .len()
-                .map_err(|e| io_err(format!("stat {}", path.display()), e))?
-                > 0
-            {
-                file.set_len(0)
-                    .map_err(|e| io_err(format!("reset {}", path.display()), e))?;
-            }
+            let file = take_prepared(sh, size_bytes)?;
+            let tmp = sh.dir.join(PREPARED_NAME);
+            sh.vfs
+                .rename(&tmp, &path)
+                .map_err(|e| io_err(format!("rename {} to {}", tmp.display(), path.display()), e))?;
             sh.state.lock().segments.insert(seq, Some(Arc::clone(&file)));
             self.dir_dirty = true;
+            self.mark_seq = seq;
+            self.mark = DurableMark {
+                generation: 0,
+                durable_end: RECORDS_START,
+            };
             file
         } else {
             let found = sh.state.lock().segments.get(&seq).cloned().flatten();
@@ -179,6 +320,7 @@ impl Flusher {
         };
         self.current = Some((seq, Arc::clone(&file)));
         self.current_end = create.then_some(0);
+        self.current_size = size_bytes;
         Ok(file)
     }
 }
@@ -186,7 +328,11 @@ impl Flusher {
 fn process(sh: &Shared, fl: &mut Flusher, chunks: Vec<Chunk>, want_sync: bool) -> Result<(), LogError> {
     let mut written = None;
     for chunk in &chunks {
-        let file = fl.switch_to(sh, chunk.seq, chunk.create)?;
+        let file = fl.switch_to(sh, chunk.seq, chunk.create, chunk.size_bytes)?;
+        debug_assert!(
+            chunk.offset + chunk.data.len() as u64 <= fl.current_size,
+            "record beyond the preallocated segment"
+        );
         // The queue is contiguous per segment: every write lands exactly at the end of the last.
         debug_assert!(
             fl.current_end.is_none_or(|end| end == chunk.offset),
@@ -214,8 +360,16 @@ fn process(sh: &Shared, fl: &mut Flusher, chunks: Vec<Chunk>, want_sync: bool) -
         let limit = st.cache_limit_bytes;
         st.index.evict(limit, w);
     }
+    if let Some(end) = fl.current_end {
+        if end >= fl.current_size / 4 {
+            request_prepared(sh);
+        }
+    }
     if want_sync {
         fl.sync_current(sh)?;
+        if let (Some((seq, _)), Some(end)) = (&fl.current, fl.current_end) {
+            fl.synced = Some((*seq, end));
+        }
         if fl.dir_dirty {
             sh.vfs
                 .sync_dir(&sh.dir)
@@ -225,5 +379,33 @@ fn process(sh: &Shared, fl: &mut Flusher, chunks: Vec<Chunk>, want_sync: bool) -
         }
         fl.last_sync = Instant::now();
     }
+    Ok(())
+}
+
+/// Writes the current segment's durable mark (its fdatasynced end) if it advanced, without syncing:
+/// always when nothing is queued, at most every [`MARK_INTERVAL`] otherwise.
+fn write_mark(sh: &Shared, fl: &mut Flusher) -> Result<(), LogError> {
+    let Some((seq, end)) = fl.synced else {
+        return Ok(());
+    };
+    let Some((cur, file)) = &fl.current else {
+        return Ok(());
+    };
+    if *cur != seq || fl.mark_seq != seq || end <= fl.mark.durable_end {
+        return Ok(());
+    }
+    if fl.last_mark_at.elapsed() < MARK_INTERVAL && !sh.state.lock().queue.is_empty() {
+        return Ok(());
+    }
+    let mark = DurableMark {
+        generation: fl.mark.generation + 1,
+        durable_end: end,
+    };
+    let offset = mark_slot_offset(mark.generation);
+    file.write_all_at(&encode_mark(seq, mark), offset)
+        .map_err(|e| io_err(format!("write durable mark of segment {seq}"), e))?;
+    fl.mark = mark;
+    fl.last_mark_at = Instant::now();
+    fl.mark_unsynced = true;
     Ok(())
 }

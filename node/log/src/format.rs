@@ -10,10 +10,19 @@ use crate::limits::{MAX_META_KEY_BYTES, MAX_RECORD_PAYLOAD_BYTES};
 
 /// Magic bytes at offset 0 of every segment file.
 pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"FTKVSEG\0";
-/// Segment format version this code writes and reads.
-pub(crate) const FORMAT_VERSION: u32 = 1;
-/// Segment header size in bytes: magic 8 | version u32 | seq u64 | reserved u64 | crc32c u32.
-pub(crate) const SEGMENT_HEADER_BYTES: u64 = 32;
+/// Segment format version this code writes and reads (2: preallocated segments with the file size
+/// in the header and two durable-mark slots; version 1 logs are refused, see FORMAT.md).
+pub(crate) const FORMAT_VERSION: u32 = 2;
+/// Segment header size in bytes: magic 8 | version u32 | seq u64 | segment_size_bytes u64 |
+/// prev_segment_end u64 | reserved 24 | crc32c u32.
+pub(crate) const SEGMENT_HEADER_BYTES: u64 = 64;
+/// Size of one durable-mark slot in bytes: generation u64 | durable_end u64 | seq u64 | zero u32 |
+/// crc32c u32.
+pub(crate) const MARK_SLOT_BYTES: u64 = 32;
+/// Offset of mark slot 0 (slot 1 follows it); the slot used by a mark is `generation % 2`.
+pub(crate) const MARK_SLOTS_OFFSET: u64 = SEGMENT_HEADER_BYTES;
+/// Offset of the first record of every segment (after the header and the two mark slots).
+pub(crate) const RECORDS_START: u64 = MARK_SLOTS_OFFSET + 2 * MARK_SLOT_BYTES;
 /// Record framing before the payload: len u32 | type u8 | index u64.
 pub(crate) const RECORD_HEAD_BYTES: usize = 13;
 /// Record framing after the payload: crc32c u32.
@@ -118,28 +127,53 @@ pub(crate) fn parse_segment_name(path: &Path) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// Encodes the 32-byte header of segment `seq`.
-pub(crate) fn encode_segment_header(seq: u64, out: &mut Vec<u8>) {
+/// The decoded fields of a valid segment header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SegmentHeader {
+    /// Segment sequence number (equals the file name).
+    pub(crate) seq: u64,
+    /// The file's length in bytes, fixed when the segment was preallocated.
+    pub(crate) segment_size_bytes: u64,
+    /// End offset of the last record of the previous segment (0 for the first segment ever).
+    pub(crate) prev_segment_end: u64,
+}
+
+/// Encodes the 64-byte header of a segment.
+pub(crate) fn encode_segment_header(h: &SegmentHeader, out: &mut Vec<u8>) {
     let start = out.len();
     out.extend_from_slice(&SEGMENT_MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(&0u64.to_le_bytes());
+    out.extend_from_slice(&h.seq.to_le_bytes());
+    out.extend_from_slice(&h.segment_size_bytes.to_le_bytes());
+    out.extend_from_slice(&h.prev_segment_end.to_le_bytes());
+    out.extend_from_slice(&[0u8; 24]);
     let crc = crc32c::crc32c(&out[start..]);
     out.extend_from_slice(&crc.to_le_bytes());
     debug_assert_eq!(out.len() - start, SEGMENT_HEADER_BYTES as usize);
 }
 
-/// Checks a segment header; returns a description of the problem if invalid.
-pub(crate) fn check_segment_header(buf: &[u8], expected_seq: u64) -> Result<(), String> {
+/// Checks a segment header; returns its fields, or a description of the problem if invalid.
+pub(crate) fn check_segment_header(buf: &[u8], expected_seq: u64) -> Result<SegmentHeader, String> {
+    // A version 1 header (32 bytes, crc at 28) is recognised to refuse it with a clear message.
+    if buf.len() >= 32 && buf[..8] == SEGMENT_MAGIC && u32_at(buf, 8) == 1 {
+        let crc_ok = u32_at(buf, 28) == crc32c::crc32c(&buf[..28]);
+        if crc_ok {
+            return Err(format!(
+                "segment format version 1 (written by an older ftkv build, before preallocated \
+                 segments); this build reads only version {FORMAT_VERSION}: restore the older build \
+                 or wipe the node's data directory and re-add it to the cluster"
+            ));
+        }
+    }
     let Some(head) = buf.get(..SEGMENT_HEADER_BYTES as usize) else {
         return Err(format!(
             "segment header incomplete: {} of {SEGMENT_HEADER_BYTES} bytes",
             buf.len()
         ));
     };
-    let stored = u32_at(head, 28);
-    let computed = crc32c::crc32c(&head[..28]);
+    let crc_at = SEGMENT_HEADER_BYTES as usize - 4;
+    let stored = u32_at(head, crc_at);
+    let computed = crc32c::crc32c(&head[..crc_at]);
     if stored != computed {
         return Err(format!(
             "segment header crc32c mismatch: stored {stored:#010x}, computed {computed:#010x}"
@@ -160,7 +194,79 @@ pub(crate) fn check_segment_header(buf: &[u8], expected_seq: u64) -> Result<(), 
             "header names segment {seq} but the file name says {expected_seq}"
         ));
     }
-    Ok(())
+    let segment_size_bytes = u64_at(head, 20);
+    let prev_segment_end = u64_at(head, 28);
+    if segment_size_bytes < RECORDS_START {
+        return Err(format!(
+            "header gives a segment size of {segment_size_bytes} bytes, below the {RECORDS_START} \
+             bytes of header and mark slots"
+        ));
+    }
+    Ok(SegmentHeader {
+        seq,
+        segment_size_bytes,
+        prev_segment_end,
+    })
+}
+
+/// A durable mark: "the records of segment `seq` up to `durable_end` were fdatasynced".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DurableMark {
+    /// Bumped by every mark written to a segment (starts at 1); selects the slot (`% 2`).
+    pub(crate) generation: u64,
+    /// Offset just past the last record known durable.
+    pub(crate) durable_end: u64,
+}
+
+/// What a mark slot holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotState {
+    /// All zero: never written.
+    Empty,
+    /// A valid mark.
+    Valid(DurableMark),
+    /// Neither: a torn mark write or damage.
+    Invalid,
+}
+
+/// Offset of the slot that mark `generation` goes to.
+pub(crate) fn mark_slot_offset(generation: u64) -> u64 {
+    MARK_SLOTS_OFFSET + (generation % 2) * MARK_SLOT_BYTES
+}
+
+/// Encodes a mark of segment `seq` (32 bytes).
+pub(crate) fn encode_mark(seq: u64, mark: DurableMark) -> Vec<u8> {
+    let mut out = Vec::with_capacity(MARK_SLOT_BYTES as usize);
+    out.extend_from_slice(&mark.generation.to_le_bytes());
+    out.extend_from_slice(&mark.durable_end.to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    debug_assert_eq!(out.len() as u64, MARK_SLOT_BYTES);
+    out
+}
+
+/// Decodes the slot at `buf[0..32]` of segment `seq`.
+pub(crate) fn decode_mark(buf: &[u8], seq: u64) -> SlotState {
+    let Some(slot) = buf.get(..MARK_SLOT_BYTES as usize) else {
+        return SlotState::Invalid;
+    };
+    if slot.iter().all(|&b| b == 0) {
+        return SlotState::Empty;
+    }
+    let stored = u32_at(slot, 28);
+    if stored != crc32c::crc32c(&slot[..28]) || u64_at(slot, 16) != seq || u32_at(slot, 24) != 0 {
+        return SlotState::Invalid;
+    }
+    let generation = u64_at(slot, 0);
+    if generation == 0 {
+        return SlotState::Invalid;
+    }
+    SlotState::Valid(DurableMark {
+        generation,
+        durable_end: u64_at(slot, 8),
+    })
 }
 
 /// Appends one encoded record to `out`; returns its encoded size in bytes.
@@ -284,14 +390,54 @@ mod tests {
 
     #[test]
     fn header_round_trip_and_checks() {
+        let fields = SegmentHeader {
+            seq: 7,
+            segment_size_bytes: 4096,
+            prev_segment_end: 1234,
+        };
         let mut h = Vec::new();
-        encode_segment_header(7, &mut h);
-        assert!(check_segment_header(&h, 7).is_ok());
+        encode_segment_header(&fields, &mut h);
+        assert_eq!(h.len() as u64, SEGMENT_HEADER_BYTES);
+        assert_eq!(check_segment_header(&h, 7), Ok(fields));
         assert!(check_segment_header(&h, 8).unwrap_err().contains("file name"));
         assert!(check_segment_header(&h[..10], 7).is_err());
         let mut bad = h.clone();
         bad[12] ^= 1;
         assert!(check_segment_header(&bad, 7).unwrap_err().contains("crc32c"));
+        // A version 1 header is refused with a message that says so.
+        let mut v1 = Vec::new();
+        v1.extend_from_slice(&SEGMENT_MAGIC);
+        v1.extend_from_slice(&1u32.to_le_bytes());
+        v1.extend_from_slice(&7u64.to_le_bytes());
+        v1.extend_from_slice(&0u64.to_le_bytes());
+        let crc = crc32c::crc32c(&v1);
+        v1.extend_from_slice(&crc.to_le_bytes());
+        v1.resize(64, 0);
+        assert!(check_segment_header(&v1, 7).unwrap_err().contains("version 1"));
+    }
+
+    #[test]
+    fn mark_round_trip_slots_and_damage() {
+        let m = DurableMark {
+            generation: 5,
+            durable_end: 999,
+        };
+        let enc = encode_mark(3, m);
+        assert_eq!(decode_mark(&enc, 3), SlotState::Valid(m));
+        assert_eq!(
+            decode_mark(&enc, 4),
+            SlotState::Invalid,
+            "mark of another segment"
+        );
+        assert_eq!(decode_mark(&[0u8; 32], 3), SlotState::Empty);
+        for bit in 0..enc.len() * 8 {
+            let mut bad = enc.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert_eq!(decode_mark(&bad, 3), SlotState::Invalid, "flip of bit {bit}");
+        }
+        assert_ne!(mark_slot_offset(1), mark_slot_offset(2));
+        assert_eq!(mark_slot_offset(1), mark_slot_offset(3));
+        assert!(mark_slot_offset(1) + MARK_SLOT_BYTES <= RECORDS_START);
     }
 
     #[test]

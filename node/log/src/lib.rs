@@ -5,10 +5,17 @@
 //! ("metas", e.g. the Raft vote).
 //!
 //! # How it works
-//! * **Segments**: files `<dir>/<seq as 20 digits>.seg`, each a 32-byte checksummed header followed by
-//!   records `len u32 | type u8 | index u64 | payload | crc32c u32` (format byte by byte in
-//!   `node/log/FORMAT.md`). The log rolls to a new segment once the active one reaches
-//!   `segment_size_bytes`.
+//! * **Segments**: files `<dir>/<seq as 20 digits>.seg`, each **preallocated** at its full size
+//!   (`segment_size_bytes`, zero-filled and fsynced before it becomes active, prepared ahead by a
+//!   background thread), starting with a 64-byte checksummed header (which records that size), two
+//!   durable-mark slots, then records `len u32 | type u8 | index u64 | payload | crc32c u32` up to
+//!   the first invalid record (zeros = end). Format byte by byte in `node/log/FORMAT.md`. The log
+//!   rolls to a new segment when the next record does not fit in the active one.
+//! * **Durable marks**: after a synced flush the flusher writes "records up to offset E are
+//!   fsynced" into a header slot (no extra fsync; persisted by the next flush's fdatasync). On open,
+//!   valid records ending before the mark, or a segment whose length differs from its header, is
+//!   loss of synced data: the open is refused ([`LogError::SyncedRecordsLost`],
+//!   [`LogError::SegmentLength`]) instead of silently cutting acknowledged records.
 //! * **Group commit**: [`Log::append`] encodes the records into an in-memory write queue, indexes them
 //!   (readable at once) and queues the callback, without any I/O. One flusher thread takes
 //!   everything queued, writes it (one write per segment), fdatasyncs **once**, and only then fires
@@ -19,9 +26,10 @@
 //!   purge point, so segments below the purge point can be deleted without losing them.
 //! * **Purge** deletes whole segments only after the purge marker is durable, oldest first, with a
 //!   directory sync after each.
-//! * **Recovery** ([`Log::open`]): every record is verified; a torn tail of the newest segment is cut
-//!   back to the last valid record (only records whose callback never fired can be lost); any
-//!   other damage is [`LogError::Corruption`] naming the segment and offset (with
+//! * **Recovery** ([`Log::open`]): every record is verified; a torn tail of the newest segment after
+//!   its durable mark is zeroed (only records whose callback never fired can be lost, see
+//!   FORMAT.md "What is and is not detected"); any other damage is [`LogError::Corruption`],
+//!   [`LogError::SegmentLength`] or [`LogError::SyncedRecordsLost`] naming the segment (with
 //!   [`SyncMode::Periodic`], recovery is point-in-time: the newest segment is cut at its first
 //!   invalid record even if valid ones follow, since unsynced writes may persist out of order).
 //! * **Poisoning** (fjall `poison.rs`): a failed write or fsync fails every pending callback and every
@@ -53,7 +61,10 @@ use bytes::Bytes;
 use ftkv_vfs::{Vfs, VfsFile};
 use parking_lot::{Condvar, Mutex};
 
-use crate::format::{encode_meta_payload, encode_record, encode_segment_header, segment_path, RecordType};
+use crate::format::{
+    encode_meta_payload, encode_record, encode_segment_header, segment_path, RecordType, SegmentHeader,
+    RECORDS_START, RECORD_OVERHEAD_BYTES,
+};
 use crate::index::{EntryIndex, EntryLoc};
 use crate::limits::{
     DEFAULT_CACHE_SIZE_BYTES, DEFAULT_SEGMENT_SIZE_BYTES, MAX_META_KEY_BYTES, MAX_RECORD_PAYLOAD_BYTES,
@@ -78,8 +89,10 @@ pub enum SyncMode {
 /// Log options.
 #[derive(Debug, Clone)]
 pub struct LogOptions {
-    /// Roll to a new segment file once the active one reaches this size, in bytes
-    /// (>= [`limits::MIN_SEGMENT_SIZE_BYTES`]; default 64 MiB, like RocksDB's WAL file size).
+    /// Size of each preallocated segment file, in bytes; the log rolls to a new one when the next
+    /// record does not fit (>= [`limits::MIN_SEGMENT_SIZE_BYTES`]; default 64 MiB, like RocksDB's
+    /// WAL file size). Opening a new log writes this many zero bytes; existing segments keep the
+    /// size in their header.
     pub segment_size_bytes: u64,
     /// Sync mode.
     pub sync: SyncMode,
@@ -121,6 +134,37 @@ pub enum LogError {
     /// API misuse (non-contiguous append, ...).
     #[error("invalid log operation: {0}")]
     Invalid(String),
+    /// A segment file's length differs from the length recorded in its header: it was truncated
+    /// or extended outside ftkv (segments are preallocated and never change size). Refused at open.
+    #[error(
+        "log segment {path} is {actual_bytes} bytes but its header says {expected_bytes}: the file was \
+         truncated or extended outside ftkv; refusing to open (acknowledged records may be lost)"
+    )]
+    SegmentLength {
+        /// The segment file.
+        path: PathBuf,
+        /// Length recorded in the header, in bytes.
+        expected_bytes: u64,
+        /// Length of the file, in bytes.
+        actual_bytes: u64,
+    },
+    /// The valid records of a segment end before an offset that the log had proved fsynced (the
+    /// segment's durable mark, or the end recorded by the next segment's header): synced
+    /// records were damaged or removed. Refused at open.
+    #[error(
+        "log segment {path}: valid records end at offset {valid_end} but records up to offset \
+         {durable_end} were fsynced ({evidence}): synced log records are lost or damaged; refusing to open"
+    )]
+    SyncedRecordsLost {
+        /// The segment file.
+        path: PathBuf,
+        /// End of the last valid record, in bytes from the start of the file.
+        valid_end: u64,
+        /// Offset the log had proved durable, in bytes from the start of the file.
+        durable_end: u64,
+        /// Where `durable_end` comes from.
+        evidence: String,
+    },
 }
 
 /// Callback fired once the appended records are durable (or failed). It runs on the flusher
@@ -148,11 +192,13 @@ pub struct LogStats {
     pub cached_bytes: u64,
 }
 
-/// One queued write: bytes to put at `offset` of segment `seq` (created first if `create`).
+/// One queued write: bytes to put at `offset` of segment `seq` (created first, preallocated at
+/// `size_bytes`, if `create`).
 #[derive(Debug)]
 pub(crate) struct Chunk {
     pub(crate) seq: u64,
     pub(crate) create: bool,
+    pub(crate) size_bytes: u64,
     pub(crate) offset: u64,
     pub(crate) data: Vec<u8>,
 }
@@ -177,6 +223,8 @@ pub(crate) struct State {
     pub(crate) active_seq: u64,
     /// Logical end of the active segment, queued bytes included.
     pub(crate) active_end: u64,
+    /// Preallocated length of the active segment, in bytes (records must end at or before it).
+    pub(crate) active_size_bytes: u64,
     /// Records in the active segment after its snapshot.
     pub(crate) active_records: u64,
     /// Write queue, in log order.
@@ -192,6 +240,20 @@ pub(crate) struct State {
     pub(crate) poison: Option<String>,
     pub(crate) shutdown: bool,
     pub(crate) cache_limit_bytes: u64,
+    /// The active segment's durable mark at open (generation, durable end), for the flusher.
+    pub(crate) open_mark: format::DurableMark,
+}
+
+/// The next segment file, preallocated ahead of the roll by the preparer thread.
+#[derive(Default)]
+pub(crate) struct Prepared {
+    /// A zero-filled, fsynced file at `flusher::PREPARED_NAME` and its size in bytes.
+    pub(crate) file: Option<(Arc<dyn VfsFile>, u64)>,
+    /// The flusher asked for a file.
+    pub(crate) wanted: bool,
+    /// The preparer is writing one now (the flusher waits instead of racing it).
+    pub(crate) busy: bool,
+    pub(crate) shutdown: bool,
 }
 
 pub(crate) struct Shared {
@@ -205,6 +267,10 @@ pub(crate) struct Shared {
     pub(crate) done_cv: Condvar,
     /// Serializes segment deletion (oldest first, one directory sync each).
     pub(crate) purge_lock: Mutex<()>,
+    /// The next segment file, prepared off the flusher's path.
+    pub(crate) prep: Mutex<Prepared>,
+    /// Preparer and flusher wait on this for `prep` changes.
+    pub(crate) prep_cv: Condvar,
     pub(crate) counters: Counters,
 }
 
@@ -212,6 +278,7 @@ struct Handle {
     shared: Arc<Shared>,
     flusher: Mutex<Option<JoinHandle<()>>>,
     flusher_id: ThreadId,
+    preparer: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Drop for Handle {
@@ -220,11 +287,21 @@ impl Drop for Handle {
         self.shared.work_cv.notify_all();
         // The last handle may be dropped by a callback running on the flusher itself.
         if std::thread::current().id() == self.flusher_id {
+            self.shared.prep.lock().shutdown = true;
+            self.shared.prep_cv.notify_all();
             return;
         }
         if let Some(j) = self.flusher.lock().take() {
             if j.join().is_err() {
                 tracing::error!("log flusher thread panicked");
+            }
+        }
+        // After the flusher: its final flush may still take a prepared file.
+        self.shared.prep.lock().shutdown = true;
+        self.shared.prep_cv.notify_all();
+        if let Some(j) = self.preparer.lock().take() {
+            if j.join().is_err() {
+                tracing::error!("log segment preparer thread panicked");
             }
         }
     }
@@ -263,8 +340,9 @@ impl State {
         index: u64,
         payload: &[u8],
     ) -> (u64, u64) {
-        if self.active_end >= segment_size_bytes && self.active_records > 0 {
-            self.roll();
+        let record_bytes = (RECORD_OVERHEAD_BYTES + payload.len()) as u64;
+        if self.active_end + record_bytes > self.active_size_bytes {
+            self.roll(segment_size_bytes, record_bytes);
         }
         let (seq, offset) = (self.active_seq, self.active_end);
         let needs_chunk = !matches!(self.queue.last(), Some(c) if c.seq == seq);
@@ -272,6 +350,7 @@ impl State {
             self.queue.push(Chunk {
                 seq,
                 create: false,
+                size_bytes: self.active_size_bytes,
                 offset,
                 data: Vec::new(),
             });
@@ -292,24 +371,49 @@ impl State {
         (seq, offset)
     }
 
-    /// Starts a new segment: header, then a snapshot of every meta and the purge point.
-    fn roll(&mut self) {
+    /// Starts a new segment: header, empty mark slots, then a snapshot of every meta and the purge
+    /// point. The segment is `segment_size_bytes` long, or larger (rounded up to 4 KiB) when the
+    /// snapshot plus the next record of `record_bytes` would not fit.
+    fn roll(&mut self, segment_size_bytes: u64, record_bytes: u64) {
         let seq = self.active_seq + 1;
-        let mut data = Vec::new();
-        encode_segment_header(seq, &mut data);
+        let mut snapshot = Vec::new();
         for (key, value) in &self.metas {
-            encode_record(RecordType::Meta, 0, &encode_meta_payload(key, value), &mut data);
+            encode_record(
+                RecordType::Meta,
+                0,
+                &encode_meta_payload(key, value),
+                &mut snapshot,
+            );
         }
         if let Some(p) = self.purged_up_to {
-            encode_record(RecordType::Purge, p, &[], &mut data);
+            encode_record(RecordType::Purge, p, &[], &mut snapshot);
         }
+        let needed = RECORDS_START + snapshot.len() as u64 + record_bytes;
+        let size_bytes = if needed <= segment_size_bytes {
+            segment_size_bytes
+        } else {
+            needed.div_ceil(4096) * 4096
+        };
+        let mut data = Vec::with_capacity(RECORDS_START as usize + snapshot.len());
+        encode_segment_header(
+            &SegmentHeader {
+                seq,
+                segment_size_bytes: size_bytes,
+                prev_segment_end: self.active_end,
+            },
+            &mut data,
+        );
+        data.resize(RECORDS_START as usize, 0); // empty mark slots
+        data.extend_from_slice(&snapshot);
         self.active_seq = seq;
         self.active_end = data.len() as u64;
+        self.active_size_bytes = size_bytes;
         self.active_records = 0;
         self.segments.insert(seq, None);
         self.queue.push(Chunk {
             seq,
             create: true,
+            size_bytes,
             offset: 0,
             data,
         });
@@ -330,10 +434,13 @@ impl State {
 }
 
 impl Log {
-    /// Opens or creates the log in `dir`, cutting a torn/corrupt tail back to the last valid record.
+    /// Opens or creates the log in `dir`, zeroing a torn tail after the last valid record of the
+    /// newest segment (never below its durable mark).
     ///
-    /// Errors: `Invalid` for bad options, `Corruption` for damage that is not a torn tail of the
-    /// newest segment, `Io` for file-system failures.
+    /// Errors: `Invalid` for bad options; `SegmentLength` for a segment truncated or extended
+    /// outside ftkv; `SyncedRecordsLost` when records the log had proved fsynced are missing or
+    /// damaged; `Corruption` for other damage that is not a torn tail of the newest segment (and
+    /// for a format version 1 log); `Io` for file-system failures.
     pub fn open(vfs: Arc<dyn Vfs>, dir: &Path, opts: LogOptions) -> Result<Log, LogError> {
         if opts.segment_size_bytes < MIN_SEGMENT_SIZE_BYTES {
             return Err(LogError::Invalid(format!(
@@ -354,13 +461,18 @@ impl Log {
         let rec = recovery::recover(&*vfs, dir, point_in_time)?;
         let mut segments: BTreeMap<u64, Option<Arc<dyn VfsFile>>> =
             rec.segments.into_iter().map(|(s, f)| (s, Some(f))).collect();
-        let (active_seq, active_end, active_records) = match rec.last {
-            Some(last) => last,
+        let (active_seq, active_end, active_records, active_size_bytes, open_mark) = match rec.last {
+            Some(last) => (last.seq, last.valid_end, last.records, last.size_bytes, last.mark),
             None => {
                 let seq = rec.max_seq_seen + 1;
-                let file = create_segment(&*vfs, dir, seq)?;
+                let size_bytes = opts.segment_size_bytes;
+                let file = create_segment(&*vfs, dir, seq, size_bytes)?;
                 segments.insert(seq, Some(file));
-                (seq, format::SEGMENT_HEADER_BYTES, 0)
+                let mark = format::DurableMark {
+                    generation: 0,
+                    durable_end: RECORDS_START,
+                };
+                (seq, RECORDS_START, 0, size_bytes, mark)
             }
         };
         let state = State {
@@ -370,6 +482,7 @@ impl Log {
             segments,
             active_seq,
             active_end,
+            active_size_bytes,
             active_records,
             queue: Vec::new(),
             callbacks: Vec::new(),
@@ -380,6 +493,7 @@ impl Log {
             poison: None,
             shutdown: false,
             cache_limit_bytes: DEFAULT_CACHE_SIZE_BYTES,
+            open_mark,
         };
         let shared = Arc::new(Shared {
             vfs,
@@ -389,6 +503,12 @@ impl Log {
             work_cv: Condvar::new(),
             done_cv: Condvar::new(),
             purge_lock: Mutex::new(()),
+            // Ask for the next segment at once if the active one is already a quarter full.
+            prep: Mutex::new(Prepared {
+                wanted: active_end >= active_size_bytes / 4,
+                ..Prepared::default()
+            }),
+            prep_cv: Condvar::new(),
             counters: Counters::default(),
         });
         let for_thread = Arc::clone(&shared);
@@ -397,12 +517,20 @@ impl Log {
             .spawn(move || flusher::run(for_thread))
             .map_err(|e| io_err("spawn log flusher thread", e))?;
         let flusher_id = join.thread().id();
+        let handle = Handle {
+            shared: Arc::clone(&shared),
+            flusher: Mutex::new(Some(join)),
+            flusher_id,
+            preparer: Mutex::new(None),
+        };
+        let for_preparer = Arc::clone(&shared);
+        let preparer = std::thread::Builder::new()
+            .name("ftkv-log-prealloc".to_string())
+            .spawn(move || flusher::run_preparer(for_preparer))
+            .map_err(|e| io_err("spawn log segment preparer thread", e))?;
+        *handle.preparer.lock() = Some(preparer);
         Ok(Log {
-            handle: Arc::new(Handle {
-                shared,
-                flusher: Mutex::new(Some(join)),
-                flusher_id,
-            }),
+            handle: Arc::new(handle),
         })
     }
 
@@ -718,20 +846,32 @@ impl Log {
     }
 }
 
-/// Creates segment `seq` with just its header, durably (file synced, directory synced).
-fn create_segment(vfs: &dyn Vfs, dir: &Path, seq: u64) -> Result<Arc<dyn VfsFile>, LogError> {
+/// Creates the first segment `seq` of an empty log durably: preallocated (zero-filled, synced)
+/// under the temporary name, header written and synced, renamed, directory synced.
+fn create_segment(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    seq: u64,
+    size_bytes: u64,
+) -> Result<Arc<dyn VfsFile>, LogError> {
+    let file = flusher::prepare_file(vfs, dir, size_bytes)?;
     let path = segment_path(dir, seq);
-    let file = vfs
-        .open(&path, true)
-        .map_err(|e| io_err(format!("create {}", path.display()), e))?;
     let mut header = Vec::new();
-    encode_segment_header(seq, &mut header);
-    file.set_len(0)
-        .map_err(|e| io_err(format!("reset {}", path.display()), e))?;
+    encode_segment_header(
+        &SegmentHeader {
+            seq,
+            segment_size_bytes: size_bytes,
+            prev_segment_end: 0,
+        },
+        &mut header,
+    );
     file.write_all_at(&header, 0)
         .map_err(|e| io_err(format!("write {}", path.display()), e))?;
     file.sync_data()
         .map_err(|e| io_err(format!("sync {}", path.display()), e))?;
+    let tmp = dir.join(flusher::PREPARED_NAME);
+    vfs.rename(&tmp, &path)
+        .map_err(|e| io_err(format!("rename {} to {}", tmp.display(), path.display()), e))?;
     vfs.sync_dir(dir)
         .map_err(|e| io_err(format!("sync dir {}", dir.display()), e))?;
     Ok(file)

@@ -7,10 +7,11 @@ pub const MAX_RECORD_PAYLOAD_BYTES: usize = 64 * 1024 * 1024;
 /// Longest meta key, in bytes (UTF-8).
 pub const MAX_META_KEY_BYTES: usize = 1024;
 
-/// Default segment size before the log rolls to a new file, in bytes: 64 MiB.
+/// Default size of a preallocated segment file, in bytes: 64 MiB.
 pub const DEFAULT_SEGMENT_SIZE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Smallest accepted `segment_size_bytes` (1 KiB; tests use small segments to exercise rolling).
+/// Must hold the 128 bytes of header and durable-mark slots plus records.
 pub const MIN_SEGMENT_SIZE_BYTES: u64 = 1024;
 
 /// Default bound on payload bytes of already-written entries kept in memory for reads: 64 MiB.

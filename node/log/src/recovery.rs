@@ -1,13 +1,18 @@
 //! Opening a log directory: scan every segment, verify every record, rebuild the in-memory state,
-//! and cut a torn tail of the last segment back to its last valid record.
+//! and zero a torn tail of the last segment after its last valid record.
 //!
 //! Rules (see FORMAT.md, "Recovery"):
 //! * Trailing segments with an invalid header and no valid record anywhere in them are torn
-//!   creations (the crash hit between creating the file and syncing its first write): removed.
+//!   creations (the crash hit between renaming the preallocated file and syncing its first
+//!   write): removed.
+//! * Every segment's length must equal the length in its header (`LogError::SegmentLength`).
+//! * A segment's records end at the first invalid record. For every segment but the last, that
+//!   end must equal `prev_segment_end` in the next segment's header and only zeros may follow;
+//!   for the last one it must not be below its durable mark (`LogError::SyncedRecordsLost`).
 //! * In the last segment, an invalid record with no valid record anywhere after it is a torn tail:
-//!   the file is cut (`set_len` + fdatasync) to the end of the last valid record, with a warning.
+//!   the bytes from there to the last non-zero byte are zeroed (+ fdatasync), with a warning.
 //! * With `SyncMode::Periodic` only, an invalid record in the last segment is cut there even if
-//!   valid records follow (point-in-time recovery; see [`recover`]).
+//!   valid records follow (point-in-time recovery; see [`recover`]), still never below the mark.
 //! * Anything else invalid (a bad record followed by valid ones, any bad byte in an earlier
 //!   segment, a missing segment number, entry indexes that do not follow each other) is
 //!   `LogError::Corruption` naming the segment and offset: never skipped silently.
@@ -20,8 +25,9 @@ use bytes::Bytes;
 use ftkv_vfs::{Vfs, VfsFile};
 
 use crate::format::{
-    check_segment_header, decode_meta_payload, decode_record, parse_segment_name, RecordType,
-    RECORD_OVERHEAD_BYTES, SEGMENT_HEADER_BYTES,
+    check_segment_header, decode_mark, decode_meta_payload, decode_record, encode_mark, mark_slot_offset,
+    parse_segment_name, DurableMark, RecordType, SlotState, MARK_SLOT_BYTES, RECORDS_START,
+    RECORD_OVERHEAD_BYTES,
 };
 use crate::index::{EntryIndex, EntryLoc};
 use crate::LogError;
@@ -33,10 +39,24 @@ pub(crate) struct Recovered {
     pub(crate) metas: BTreeMap<String, Bytes>,
     pub(crate) purged_up_to: Option<u64>,
     pub(crate) segments: BTreeMap<u64, Arc<dyn VfsFile>>,
-    /// The last segment: (seq, valid length in bytes, records in it).
-    pub(crate) last: Option<(u64, u64, u64)>,
+    /// The last segment, where appends continue.
+    pub(crate) last: Option<LastSegment>,
     /// Highest segment number ever seen (including removed torn creations).
     pub(crate) max_seq_seen: u64,
+}
+
+/// The newest segment after recovery.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LastSegment {
+    pub(crate) seq: u64,
+    /// End of the last valid record, in bytes (appends continue here; zeros follow).
+    pub(crate) valid_end: u64,
+    /// Records in it.
+    pub(crate) records: u64,
+    /// Preallocated length, in bytes.
+    pub(crate) size_bytes: u64,
+    /// Its durable mark after recovery (covers `valid_end`, written by recovery if needed).
+    pub(crate) mark: DurableMark,
 }
 
 fn io_err(context: String, source: std::io::Error) -> LogError {
@@ -115,13 +135,22 @@ pub(crate) fn recover(vfs: &dyn Vfs, dir: &Path, point_in_time: bool) -> Result<
 
     // Pass 2: verify and replay in order.
     let count = found.len();
-    let mut prev_seq: Option<u64> = None;
+    // The previous segment: (seq, path, end of its valid records).
+    let mut prev: Option<(u64, PathBuf, u64)> = None;
     for (i, (seq, path)) in found.into_iter().enumerate() {
         let file = vfs
             .open(&path, false)
             .map_err(|e| io_err(format!("open {}", path.display()), e))?;
         let buf = read_whole(&*file, &path)?;
-        if let Some(p) = prev_seq {
+        let header = check_segment_header(&buf, seq).map_err(|d| corruption(&path, 0, d))?;
+        if buf.len() as u64 != header.segment_size_bytes {
+            return Err(LogError::SegmentLength {
+                path,
+                expected_bytes: header.segment_size_bytes,
+                actual_bytes: buf.len() as u64,
+            });
+        }
+        if let Some((p, prev_path, prev_end)) = &prev {
             if seq != p + 1 {
                 return Err(corruption(
                     &path,
@@ -129,30 +158,139 @@ pub(crate) fn recover(vfs: &dyn Vfs, dir: &Path, point_in_time: bool) -> Result<
                     format!("segment {} is missing (found {p} then {seq})", p + 1),
                 ));
             }
+            if *prev_end < header.prev_segment_end {
+                return Err(LogError::SyncedRecordsLost {
+                    path: prev_path.clone(),
+                    valid_end: *prev_end,
+                    durable_end: header.prev_segment_end,
+                    evidence: format!("the end recorded in the header of {}", path.display()),
+                });
+            }
+            if *prev_end > header.prev_segment_end {
+                return Err(corruption(
+                    prev_path,
+                    header.prev_segment_end,
+                    format!(
+                        "valid records continue to offset {prev_end}, past the end {} recorded by the next \
+                         segment {}",
+                        header.prev_segment_end,
+                        path.display()
+                    ),
+                ));
+            }
         }
-        prev_seq = Some(seq);
         let is_last = i + 1 == count;
-        check_segment_header(&buf, seq).map_err(|d| corruption(&path, 0, d))?;
-        let (valid_end, records) = replay_segment(&mut out, seq, &path, &buf, is_last, point_in_time)?;
-        if (valid_end as usize) < buf.len() {
-            debug_assert!(is_last);
+        if !is_last {
+            let (valid_end, _) = replay_segment(&mut out, seq, &path, &buf, false, point_in_time)?;
+            prev = Some((seq, path, valid_end));
+            out.segments.insert(seq, file);
+            continue;
+        }
+        let mark = read_mark(&buf, seq, &path)?;
+        let (valid_end, records) = replay_segment(&mut out, seq, &path, &buf, true, point_in_time)?;
+        if valid_end < mark.durable_end {
+            return Err(LogError::SyncedRecordsLost {
+                path,
+                valid_end,
+                durable_end: mark.durable_end,
+                evidence: format!("its durable mark, generation {}", mark.generation),
+            });
+        }
+        let tail = &buf[valid_end as usize..];
+        if let Some(last_nonzero) = tail.iter().rposition(|&b| b != 0) {
+            let zeroed_bytes = zero_nonzero_blocks(&*file, &path, &buf, valid_end)?;
             tracing::warn!(
                 segment = %path.display(),
-                cut_from_offset = valid_end,
-                cut_bytes = buf.len() as u64 - valid_end,
-                "log recovery: cutting torn tail of the newest segment back to its last valid record"
+                from_offset = valid_end,
+                last_nonzero_offset = valid_end + last_nonzero as u64,
+                zeroed_bytes,
+                durable_mark = mark.durable_end,
+                "log recovery: zeroing non-zero bytes after the last valid record of the newest segment \
+                 (a torn unsynced write, never acknowledged in sync=always mode, or stray damage in the \
+                 preallocated zeros; every record up to the durable mark is intact)"
             );
-            file.set_len(valid_end)
-                .map_err(|e| io_err(format!("cut tail of {}", path.display()), e))?;
-            file.sync_data()
-                .map_err(|e| io_err(format!("sync {}", path.display()), e))?;
         }
-        if is_last {
-            out.last = Some((seq, valid_end, records));
-        }
+        // Everything up to `valid_end` is now known durable: sync, then record it in the mark (the
+        // mark itself is persisted by the next flush).
+        file.sync_data()
+            .map_err(|e| io_err(format!("sync {}", path.display()), e))?;
+        let mark = if valid_end > mark.durable_end {
+            let next = DurableMark {
+                generation: mark.generation + 1,
+                durable_end: valid_end,
+            };
+            file.write_all_at(&encode_mark(seq, next), mark_slot_offset(next.generation))
+                .map_err(|e| io_err(format!("write durable mark of {}", path.display()), e))?;
+            next
+        } else {
+            mark
+        };
+        out.last = Some(LastSegment {
+            seq,
+            valid_end,
+            records,
+            size_bytes: header.segment_size_bytes,
+            mark,
+        });
         out.segments.insert(seq, file);
     }
     Ok(out)
+}
+
+/// The newest valid durable mark of segment `seq` (generation 0 at `RECORDS_START` if none).
+/// A damaged slot (torn mark write) is ignored with a warning: the other slot holds the previous
+/// mark, which is only lower.
+fn read_mark(buf: &Bytes, seq: u64, path: &Path) -> Result<DurableMark, LogError> {
+    let mut best = DurableMark {
+        generation: 0,
+        durable_end: RECORDS_START,
+    };
+    for slot in 0..2u64 {
+        let at = mark_slot_offset(slot) as usize;
+        match decode_mark(&buf[at..at + MARK_SLOT_BYTES as usize], seq) {
+            SlotState::Empty => {}
+            SlotState::Invalid => tracing::warn!(
+                segment = %path.display(),
+                offset = at,
+                "log recovery: durable mark slot is damaged (torn mark write?); using the other slot"
+            ),
+            SlotState::Valid(m) if m.generation > best.generation => best = m,
+            SlotState::Valid(_) => {}
+        }
+    }
+    if best.durable_end < RECORDS_START || best.durable_end > buf.len() as u64 {
+        return Err(corruption(
+            path,
+            mark_slot_offset(best.generation),
+            format!(
+                "durable mark offset {} outside the segment's record area {RECORDS_START}..{}",
+                best.durable_end,
+                buf.len()
+            ),
+        ));
+    }
+    Ok(best)
+}
+
+/// Block size in which recovery looks for (and overwrites) non-zero bytes after the records.
+const ZERO_BLOCK_BYTES: usize = 4096;
+
+/// Overwrites with zeros every 4 KiB-aligned block part of `buf[from..]` (the file's contents)
+/// that holds a non-zero byte; returns how many bytes were written.
+fn zero_nonzero_blocks(file: &dyn VfsFile, path: &Path, buf: &[u8], from: u64) -> Result<u64, LogError> {
+    let zeros = [0u8; ZERO_BLOCK_BYTES];
+    let mut written = 0u64;
+    let mut start = from as usize;
+    while start < buf.len() {
+        let end = ((start / ZERO_BLOCK_BYTES + 1) * ZERO_BLOCK_BYTES).min(buf.len());
+        if buf[start..end].iter().any(|&b| b != 0) {
+            file.write_all_at(&zeros[..end - start], start as u64)
+                .map_err(|e| io_err(format!("zero torn tail of {}", path.display()), e))?;
+            written += (end - start) as u64;
+        }
+        start = end;
+    }
+    Ok(written)
 }
 
 /// Replays one segment's records into `out`; returns (end of the last valid record, record count).
@@ -164,18 +302,28 @@ fn replay_segment(
     is_last: bool,
     point_in_time: bool,
 ) -> Result<(u64, u64), LogError> {
-    let mut pos = SEGMENT_HEADER_BYTES as usize;
+    let mut pos = RECORDS_START as usize;
     let mut records = 0u64;
     while pos < buf.len() {
         let (rec, used) = match decode_record(&buf.slice(pos..)) {
             Ok(ok) => ok,
             Err(e) => {
                 if !is_last {
+                    // A completed segment was fully synced before the next one was written: its
+                    // records end where only zeros follow (the end is checked against the next
+                    // segment's header by the caller).
+                    if buf[pos..].iter().all(|&b| b == 0) {
+                        return Ok((pos as u64, records));
+                    }
                     return Err(corruption(
                         path,
                         pos as u64,
                         format!("{e} (not the newest segment)"),
                     ));
+                }
+                // The common case, the clean end of the records: only preallocated zeros follow.
+                if buf[pos..].iter().all(|&b| b == 0) {
+                    return Ok((pos as u64, records));
                 }
                 if let Some(next) = valid_record_at_or_after(buf, pos + 1) {
                     if point_in_time {

@@ -24,8 +24,35 @@ fn fault_log(vfs: &Arc<FaultVfs>, segment_size_bytes: u64) -> Result<Log, LogErr
     Log::open(vfs.clone(), Path::new("/log"), opts(segment_size_bytes))
 }
 
+/// Segment files (the preallocated next segment, `next-segment.tmp`, is not one).
 fn segments(vfs: &Arc<FaultVfs>) -> Vec<PathBuf> {
-    vfs.list_dir(Path::new("/log")).unwrap()
+    let mut segs: Vec<PathBuf> = vfs
+        .list_dir(Path::new("/log"))
+        .unwrap()
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    segs.sort();
+    segs
+}
+
+/// Offset of the first record in a segment (64-byte header + two 32-byte durable-mark slots).
+const RECORDS_START: u64 = 128;
+
+/// Reads `len` bytes at `offset` of `path`.
+fn read_bytes(vfs: &Arc<FaultVfs>, path: &Path, offset: u64, len: usize) -> Vec<u8> {
+    let f = vfs.open(path, false).unwrap();
+    let mut buf = vec![0u8; len];
+    f.read_exact_at(&mut buf, offset).unwrap();
+    buf
+}
+
+/// End of the record stream of a segment: one past its last non-zero byte (a record's crc is
+/// never all zero in these tests' data; checked by the callers' expectations).
+fn records_end(vfs: &Arc<FaultVfs>, path: &Path) -> u64 {
+    let len = vfs.durable_len(path).unwrap();
+    let bytes = read_bytes(vfs, path, 0, len as usize);
+    bytes.iter().rposition(|&b| b != 0).unwrap() as u64 + 1
 }
 
 #[test]
@@ -213,8 +240,11 @@ fn meta_overwrite_and_durability() {
 }
 
 #[test]
-fn torn_tail_is_cut_back_and_log_continues() {
-    for cut in [1u64, 7, 17, 100, 512, 700] {
+fn torn_tail_is_zeroed_and_log_continues() {
+    // A torn, never-acknowledged write after the synced records: a partial record or garbage.
+    let partial_record: Vec<u8> = vec![50, 0, 0, 0, 1, 31, 0, 0, 0, 0, 0, 0, 0, 9, 9, 9];
+    let garbage: Vec<u8> = (0..700u32).map(|i| (i * 37 + 11) as u8).collect();
+    for torn in [partial_record, garbage] {
         let vfs = FaultVfs::new(7);
         {
             let log = fault_log(&vfs, 1 << 20).unwrap();
@@ -223,37 +253,145 @@ fn torn_tail_is_cut_back_and_log_continues() {
             }
         }
         let seg = segments(&vfs).pop().unwrap();
-        let len = vfs.durable_len(&seg).unwrap();
-        vfs.inject_len(&seg, len - cut).unwrap();
+        let end = RECORDS_START + 30 * 67; // 67 = 17 bytes framing + 50 payload
+        assert_eq!(records_end(&vfs, &seg), end);
+        vfs.inject_bytes(&seg, end, &torn).unwrap();
         let log = fault_log(&vfs, 1 << 20).unwrap();
-        let held = read_all(&log);
-        let lost = (cut as usize).div_ceil(67); // 67 = 17 bytes framing + 50 payload
-        assert_eq!(held, records(1, 30 - lost as u64, 50), "cut {cut}");
-        let next = log.last_index().unwrap() + 1;
-        append_wait(&log, records(next, 2, 9)).unwrap();
+        assert_eq!(read_all(&log), records(1, 30, 50), "every synced record kept");
+        assert_eq!(
+            read_bytes(&vfs, &seg, end, torn.len()),
+            vec![0u8; torn.len()],
+            "the torn bytes are zeroed"
+        );
+        append_wait(&log, records(31, 2, 9)).unwrap();
         drop(log);
         vfs.crash(false);
         let log = fault_log(&vfs, 1 << 20).unwrap();
-        assert_eq!(log.last_index(), Some(next + 1), "cut {cut}");
+        assert_eq!(log.last_index(), Some(32));
+        assert_eq!(vfs.durable_len(&seg), Some(1 << 20), "the segment keeps its size");
     }
 }
 
 #[test]
-fn zeroed_last_page_is_a_torn_tail() {
+fn external_truncation_or_extension_refuses_to_open() {
+    for new_len in [(1 << 20) - 1, (1 << 20) - 4096, 3000, (1 << 20) + 4096] {
+        let vfs = FaultVfs::new(8);
+        {
+            let log = fault_log(&vfs, 1 << 20).unwrap();
+            append_wait(&log, records(1, 20, 50)).unwrap();
+        }
+        let seg = segments(&vfs).pop().unwrap();
+        vfs.inject_len(&seg, new_len).unwrap();
+        match fault_log(&vfs, 1 << 20).unwrap_err() {
+            LogError::SegmentLength {
+                path,
+                expected_bytes,
+                actual_bytes,
+            } => {
+                assert_eq!(path, seg);
+                assert_eq!((expected_bytes, actual_bytes), (1 << 20, new_len));
+            }
+            other => panic!("expected SegmentLength, got {other:?}"),
+        }
+        let msg = fault_log(&vfs, 1 << 20).unwrap_err().to_string();
+        assert!(
+            msg.contains("00000000000000000001.seg") && msg.contains(&new_len.to_string()),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
+fn zeroed_last_page_of_the_file_loses_nothing() {
     let vfs = FaultVfs::new(8);
     {
         let log = fault_log(&vfs, 1 << 20).unwrap();
         append_wait(&log, records(1, 200, 50)).unwrap();
     }
     let seg = segments(&vfs).pop().unwrap();
-    let len = vfs.durable_len(&seg).unwrap();
-    let page = len / 4096 * 4096;
-    vfs.inject_bytes(&seg, page, &vec![0u8; (len - page) as usize])
-        .unwrap();
+    // The disk nemesis's zero-page mode: the preallocated file's last page holds no records.
+    vfs.inject_bytes(&seg, (1 << 20) - 4096, &[0u8; 4096]).unwrap();
     let log = fault_log(&vfs, 1 << 20).unwrap();
-    let last = log.last_index().unwrap();
-    assert!(last < 200 && last > 100, "kept a prefix: {last}");
-    assert_eq!(read_all(&log), records(1, last, 50));
+    assert_eq!(read_all(&log), records(1, 200, 50));
+}
+
+#[test]
+fn zeroed_last_page_of_synced_records_refuses_to_open() {
+    let vfs = FaultVfs::new(8);
+    {
+        let log = fault_log(&vfs, 1 << 20).unwrap();
+        append_wait(&log, records(1, 200, 50)).unwrap();
+    }
+    let seg = segments(&vfs).pop().unwrap();
+    let end = records_end(&vfs, &seg);
+    assert_eq!(end, RECORDS_START + 200 * 67);
+    let page = end / 4096 * 4096;
+    vfs.inject_bytes(&seg, page, &[0u8; 4096]).unwrap();
+    match fault_log(&vfs, 1 << 20).unwrap_err() {
+        LogError::SyncedRecordsLost {
+            path,
+            valid_end,
+            durable_end,
+            ..
+        } => {
+            assert_eq!(path, seg);
+            assert_eq!(
+                durable_end, end,
+                "the durable mark covers every acknowledged record"
+            );
+            assert!(valid_end <= page && valid_end > page - 67, "{valid_end}");
+        }
+        other => panic!("expected SyncedRecordsLost, got {other:?}"),
+    }
+}
+
+#[test]
+fn flipped_bit_in_the_last_synced_record_refuses_to_open() {
+    let vfs = FaultVfs::new(8);
+    {
+        let log = fault_log(&vfs, 1 << 20).unwrap();
+        append_wait(&log, records(1, 20, 50)).unwrap();
+    }
+    let seg = segments(&vfs).pop().unwrap();
+    let last_record = RECORDS_START + 19 * 67;
+    let mut byte = read_bytes(&vfs, &seg, last_record + 30, 1);
+    byte[0] ^= 0x10;
+    vfs.inject_bytes(&seg, last_record + 30, &byte).unwrap();
+    let err = fault_log(&vfs, 1 << 20).unwrap_err();
+    assert!(
+        matches!(err, LogError::SyncedRecordsLost { valid_end, .. } if valid_end == last_record),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn bit_flip_in_the_preallocated_zeros_is_zeroed_and_loses_nothing() {
+    let vfs = FaultVfs::new(8);
+    {
+        let log = fault_log(&vfs, 1 << 20).unwrap();
+        append_wait(&log, records(1, 20, 50)).unwrap();
+    }
+    let seg = segments(&vfs).pop().unwrap();
+    vfs.inject_bytes(&seg, 500_000, &[0x04]).unwrap();
+    let log = fault_log(&vfs, 1 << 20).unwrap();
+    assert_eq!(read_all(&log), records(1, 20, 50));
+    assert_eq!(read_bytes(&vfs, &seg, 500_000, 1), vec![0]);
+}
+
+#[test]
+fn damaged_durable_mark_slot_is_ignored() {
+    let vfs = FaultVfs::new(8);
+    {
+        let log = fault_log(&vfs, 1 << 20).unwrap();
+        for i in 0..5 {
+            append_wait(&log, records(1 + i * 4, 4, 50)).unwrap();
+        }
+    }
+    let seg = segments(&vfs).pop().unwrap();
+    // Garbage in one slot (a torn mark write): the other slot's older mark is used.
+    vfs.inject_bytes(&seg, 64, &[0xAB; 32]).unwrap();
+    let log = fault_log(&vfs, 1 << 20).unwrap();
+    assert_eq!(read_all(&log), records(1, 20, 50));
 }
 
 #[test]
@@ -264,14 +402,15 @@ fn bad_record_followed_by_valid_ones_is_corruption() {
         append_wait(&log, records(1, 20, 50)).unwrap();
     }
     let seg = segments(&vfs).pop().unwrap();
-    // Flip a payload byte of the 5th record (header 32 bytes, records 67 bytes each).
-    vfs.inject_bytes(&seg, 32 + 4 * 67 + 20, &[0xFF]).unwrap();
+    // Flip a payload byte of the 5th record (records start at 128, 67 bytes each).
+    vfs.inject_bytes(&seg, RECORDS_START + 4 * 67 + 20, &[0xFF])
+        .unwrap();
     let err = fault_log(&vfs, 1 << 20).unwrap_err();
     match err {
         LogError::Corruption { location, detail } => {
             assert!(location.contains("00000000000000000001.seg"), "{location}");
             assert!(
-                location.contains(&format!("offset {}", 32 + 4 * 67)),
+                location.contains(&format!("offset {}", RECORDS_START + 4 * 67)),
                 "{location}"
             );
             assert!(detail.contains("not a torn tail"), "{detail}");
@@ -291,9 +430,40 @@ fn damage_in_an_older_segment_is_corruption() {
     }
     let segs = segments(&vfs);
     assert!(segs.len() > 3);
-    // Cut the tail of the first segment: only the newest segment may be torn.
-    let len = vfs.durable_len(&segs[0]).unwrap();
-    vfs.inject_len(&segs[0], len - 3).unwrap();
+    // Zero the whole last record of the first segment: only the newest segment may be torn, and the
+    // next segment's header records where the first one ended.
+    let end = records_end(&vfs, &segs[0]);
+    vfs.inject_bytes(&segs[0], end - 67, &[0u8; 67]).unwrap(); // 67 = 17 framing + 50 payload
+    let err = fault_log(&vfs, 1024).unwrap_err();
+    assert!(
+        matches!(&err, LogError::SyncedRecordsLost { path, durable_end, .. } if *path == segs[0] && *durable_end == end),
+        "{err}"
+    );
+    // A flipped byte in a middle record of the first segment: records follow it.
+    let vfs = FaultVfs::new(10);
+    {
+        let log = fault_log(&vfs, 1024).unwrap();
+        for i in 0..20 {
+            append_wait(&log, records(1 + i * 4, 4, 50)).unwrap();
+        }
+    }
+    let segs = segments(&vfs);
+    vfs.inject_bytes(&segs[0], RECORDS_START + 20, &[0xEE]).unwrap();
+    let err = fault_log(&vfs, 1024).unwrap_err();
+    assert!(
+        matches!(&err, LogError::Corruption { detail, .. } if detail.contains("not the newest")),
+        "{err}"
+    );
+    // Non-zero bytes after the end of a completed segment.
+    let vfs = FaultVfs::new(10);
+    {
+        let log = fault_log(&vfs, 1024).unwrap();
+        for i in 0..20 {
+            append_wait(&log, records(1 + i * 4, 4, 50)).unwrap();
+        }
+    }
+    let segs = segments(&vfs);
+    vfs.inject_bytes(&segs[0], 1020, &[0x01]).unwrap();
     let err = fault_log(&vfs, 1024).unwrap_err();
     assert!(
         matches!(&err, LogError::Corruption { detail, .. } if detail.contains("not the newest")),
@@ -501,9 +671,12 @@ fn periodic_mode_recovers_point_in_time_across_a_hole() {
         append_wait(&log, records(1, 20, 50)).unwrap();
         log.sync().unwrap();
     }
-    // Unsynced writes persisted out of order: a zeroed record with valid ones after it.
+    // Unsynced writes persisted out of order: a zeroed record with valid ones after it, and the
+    // durable marks (written unsynced) not persisted.
     let seg = segments(&vfs).pop().unwrap();
-    vfs.inject_bytes(&seg, 32 + 10 * 67, &[0u8; 67]).unwrap();
+    vfs.inject_bytes(&seg, RECORDS_START + 10 * 67, &[0u8; 67])
+        .unwrap();
+    vfs.inject_bytes(&seg, 64, &[0u8; 64]).unwrap();
     let strict = Log::open(vfs.clone(), Path::new("/log"), opts(1 << 20)).unwrap_err();
     assert!(
         matches!(strict, LogError::Corruption { .. }),
@@ -514,5 +687,70 @@ fn periodic_mode_recovers_point_in_time_across_a_hole() {
         read_all(&log),
         records(1, 10, 50),
         "cut at the first invalid record"
+    );
+}
+
+#[test]
+fn segments_are_preallocated_and_the_next_one_is_prepared_ahead() {
+    let vfs = FaultVfs::new(21);
+    let size = 16 * 1024;
+    let log = fault_log(&vfs, size).unwrap();
+    let first = segments(&vfs).pop().unwrap();
+    assert_eq!(vfs.durable_len(&first), Some(size), "preallocated at open");
+    let tmp = Path::new("/log/next-segment.tmp");
+    assert!(
+        !vfs.exists(tmp),
+        "nothing prepared while the segment is nearly empty"
+    );
+    // The current length of a file (its name need not be durable yet).
+    let len_of = |p: &Path| vfs.open(p, false).ok().map(|f| f.len().unwrap());
+    // A quarter of the segment: the preparer makes the next file, zero-filled and synced (its
+    // contents durable) before handing it over.
+    append_wait(&log, records(1, 70, 50)).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let prepared = || {
+        len_of(tmp) == Some(size) && {
+            vfs.sync_dir(Path::new("/log")).unwrap();
+            vfs.durable_len(tmp) == Some(size)
+        }
+    };
+    while !prepared() {
+        assert!(std::time::Instant::now() < deadline, "next segment not prepared");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(read_bytes(&vfs, tmp, 0, size as usize), vec![0u8; size as usize]);
+    // Fill past the end: the roll renames the prepared file; every segment keeps its size.
+    for i in 0..10 {
+        append_wait(&log, records(71 + i * 50, 50, 50)).unwrap();
+    }
+    let segs = segments(&vfs);
+    assert!(segs.len() >= 3, "{segs:?}");
+    for s in &segs {
+        assert_eq!(vfs.durable_len(s), Some(size), "{}", s.display());
+    }
+    drop(log);
+    let log = fault_log(&vfs, size).unwrap();
+    assert_eq!(read_all(&log), records(1, 570, 50));
+}
+
+#[test]
+fn a_record_larger_than_the_segment_size_gets_a_larger_segment() {
+    let vfs = FaultVfs::new(22);
+    {
+        let log = fault_log(&vfs, 4096).unwrap();
+        append_wait(&log, records(1, 1, 10)).unwrap();
+        append_wait(&log, records(2, 1, 10_000)).unwrap();
+        append_wait(&log, records(3, 1, 10)).unwrap();
+    }
+    let segs = segments(&vfs);
+    assert_eq!(
+        vfs.durable_len(&segs[1]),
+        Some(12_288),
+        "10,145 bytes rounded up to 4 KiB"
+    );
+    let log = fault_log(&vfs, 4096).unwrap();
+    assert_eq!(
+        read_all(&log),
+        [records(1, 1, 10), records(2, 1, 10_000), records(3, 1, 10)].concat()
     );
 }

@@ -94,6 +94,11 @@ pub struct ClusterConfig {
     pub unsafe_local_reads: bool,
     /// TEST ONLY canary (Jepsen harness): acknowledge log appends before they are fsynced.
     pub unsafe_ack_before_fsync: bool,
+    /// TEST ONLY (Jepsen `lose-unsynced`): open the log through `ftkv_vfs::UnsyncedBufferVfs`, so
+    /// that a SIGKILL loses every write not yet fsynced.
+    pub lose_unsynced_on_kill: bool,
+    /// With `lose_unsynced_on_kill`: simulated fdatasync latency, ms.
+    pub lose_unsynced_sync_latency_ms: u64,
 }
 
 /// Status of this node as the cluster layer sees it.
@@ -240,12 +245,19 @@ impl ClusterNode {
         };
         let log = {
             let dir = log_dir.clone();
-            tokio::task::spawn_blocking(move || {
-                ftkv_log::Log::open(Arc::new(ftkv_vfs::RealVfs), &dir, log_options)
-            })
-            .await
-            .map_err(|e| ClusterError::Storage(format!("opening the log: {e}")))?
-            .map_err(|e| ClusterError::Storage(format!("opening the log in {}: {e}", log_dir.display())))?
+            let vfs: Arc<dyn ftkv_vfs::Vfs> = if config.lose_unsynced_on_kill {
+                ftkv_vfs::UnsyncedBufferVfs::over_real(std::time::Duration::from_millis(
+                    config.lose_unsynced_sync_latency_ms,
+                ))
+            } else {
+                Arc::new(ftkv_vfs::RealVfs)
+            };
+            tokio::task::spawn_blocking(move || ftkv_log::Log::open(vfs, &dir, log_options))
+                .await
+                .map_err(|e| ClusterError::Storage(format!("opening the log: {e}")))?
+                .map_err(|e| {
+                    ClusterError::Storage(format!("opening the log in {}: {e}", log_dir.display()))
+                })?
         };
         identity::check(&config.data_dir, config.node_id, &log)?;
         let append_max = log_store::APPEND_ENTRIES_MAX_BYTES
@@ -438,6 +450,20 @@ impl ClusterNode {
     /// The state machine's engine (for reads).
     pub fn engine(&self) -> Arc<dyn Engine> {
         self.inner.state_machine.engine()
+    }
+
+    /// Resolves once the Raft core has stopped: it reported `Shutdown` after a fatal error, or
+    /// its task ended without doing so (a panic drops the metrics sender).
+    pub async fn core_stopped(&self) {
+        let mut metrics = self.inner.raft.metrics();
+        loop {
+            if metrics.borrow_and_update().state == openraft::ServerState::Shutdown {
+                return;
+            }
+            if metrics.changed().await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Current status.

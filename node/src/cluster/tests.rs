@@ -128,6 +128,8 @@ fn config(id: u64, dir: &Path, peer: &str, snapshot_every_entries: u64) -> Clust
         peer_max_message_bytes: 64 << 20,
         unsafe_local_reads: false,
         unsafe_ack_before_fsync: false,
+        lose_unsynced_on_kill: false,
+        lose_unsynced_sync_latency_ms: 0,
     }
 }
 

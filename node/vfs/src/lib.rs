@@ -23,6 +23,10 @@
 //!
 //! [`FaultVfs::crash`] applies exactly this model; [`FaultVfs::fail_after`] and
 //! [`FaultVfs::set_crash_point`] make operations fail, to test error paths and to pick crash points.
+//!
+//! [`UnsyncedBufferVfs`] (TEST ONLY) runs over a real file system but keeps every write since a
+//! file's last `sync_data` in process memory, so that a SIGKILL of the process loses exactly what
+//! was not fsynced, as a power cut would (the fault harness's `lose-unsynced` nemesis).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
@@ -35,6 +39,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+
+mod unsynced;
+pub use unsynced::{UnsyncedBufferVfs, UnsyncedFile, OVERLAY_PAGE_BYTES};
 
 /// Sector size the fault layer tears writes at (bytes).
 pub const SECTOR_SIZE_BYTES: u64 = 512;

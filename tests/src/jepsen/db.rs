@@ -1,6 +1,18 @@
 //! Jepsen's `db`: a three-node cluster on a substrate, with the process and network faults the
 //! nemeses need. `local` reuses the cluster fixture ([`crate::fixture::Cluster`], loopback
 //! processes: kill and pause only); `netns` is [`NetnsCluster`] (namespaces, partitions).
+//!
+//! Node modes for two nemeses, on both substrates: `lose_unsynced_on_kill` starts every node with
+//! `--unsafe-lose-unsynced-on-kill` (a SIGKILL then loses what was not fsynced), and `fake_clock`
+//! starts every node under libfaketime (`LD_PRELOAD`) reading its offset from a per-node file
+//! `<dir>/clock/n<ID>.faketime` that [`Db::set_clock`] rewrites. libfaketime fakes
+//! only `CLOCK_REALTIME` by default (`FAKETIME_DONT_FAKE_MONOTONIC=1`, as Jepsen's
+//! `settimeofday` nemesis: NTP steps move the wall clock, never `CLOCK_MONOTONIC`, which is what
+//! `Instant`, tokio timers and Raft's election and lease timers read); it re-reads the file at most once a second (`FAKETIME_CACHE_DURATION=1`: `FAKETIME_NO_CACHE=1`
+//! re-reads it on every clock read, about 4 us each, twenty times the cached cost).
+//! [`CLOCK_MONOTONIC_ENV`]`=1` skews `CLOCK_MONOTONIC` too: forward jumps and rate changes model
+//! a paused or throttled VM, but the nemesis also steps it backwards, which no real monotonic
+//! clock does (openraft 0.9 debug builds assert on it and stop the Raft core; the node exits).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -35,12 +47,63 @@ enum Inner {
     Netns(NetnsCluster),
 }
 
+/// Node flag of the `lose-unsynced` node mode.
+pub const LOSE_UNSYNCED_FLAG: &str = "--unsafe-lose-unsynced-on-kill";
+
+/// Where libfaketime is looked for (Debian's `faketime` package first); `FTKV_LIBFAKETIME`
+/// overrides.
+pub const LIBFAKETIME_PATHS: [&str; 4] = [
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/faketime/libfaketime.so.1",
+    "/usr/local/lib/faketime/libfaketime.so.1",
+];
+
+/// The libfaketime library to preload, or a `Substrate` error telling to install it (the harness
+/// installs nothing itself; the run then fails with exit 2).
+pub fn find_libfaketime() -> Result<PathBuf, DbError> {
+    if let Some(p) = std::env::var_os("FTKV_LIBFAKETIME") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(DbError::Substrate(format!(
+                "FTKV_LIBFAKETIME={} is not a file: install faketime (Debian package `faketime`)",
+                p.display()
+            )))
+        };
+    }
+    LIBFAKETIME_PATHS
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            DbError::Substrate(format!(
+                "the clock nemesis needs libfaketime, not found in {}: install faketime (Debian package \
+                 `faketime`, e.g. `apt-get install faketime`) or set FTKV_LIBFAKETIME",
+                LIBFAKETIME_PATHS.join(", ")
+            ))
+        })
+}
+
+/// Set to `1` in the harness's environment to skew `CLOCK_MONOTONIC` as well as
+/// `CLOCK_REALTIME`; by default only the wall clock moves (libfaketime's
+/// `FAKETIME_DONT_FAKE_MONOTONIC=1`), as with Jepsen's `settimeofday`-based clock nemesis.
+pub const CLOCK_MONOTONIC_ENV: &str = "FTKV_JEPSEN_CLOCK_MONOTONIC";
+
+/// The libfaketime offset spec meaning "no skew".
+pub const CLOCK_NO_SKEW: &str = "+0";
+
 /// The cluster under test.
 pub struct Db {
     inner: Inner,
     /// Current member ids (membership changes replace ids).
     members: Mutex<Vec<u64>>,
     next_id: Mutex<u64>,
+    /// Nodes run with [`LOSE_UNSYNCED_FLAG`].
+    lose_unsynced_on_kill: bool,
+    /// Folder of the per-node libfaketime files, when nodes run under libfaketime.
+    clock_dir: Option<PathBuf>,
 }
 
 fn sub<E: std::fmt::Display>(e: E) -> DbError {
@@ -56,18 +119,56 @@ pub struct DbOptions {
     pub nodes: u64,
     /// Extra node flags (engine, canaries, snapshot thresholds).
     pub node_args: Vec<String>,
-    /// Folder for node data and logs (netns); the local fixture uses its own temporary folder.
+    /// Folder for node data and logs (netns) and the clock files; the local fixture keeps node
+    /// data in its own temporary folder.
     pub dir: PathBuf,
+    /// Start nodes with [`LOSE_UNSYNCED_FLAG`] (nemesis `lose-unsynced`; also on when
+    /// `node_args` has the flag).
+    pub lose_unsynced_on_kill: bool,
+    /// Start nodes under libfaketime with per-node clock files (nemesis `clock`); setup fails
+    /// with "install faketime" when the library is missing.
+    pub fake_clock: bool,
 }
 
 impl Db {
     /// Sets up the cluster and waits (up to `wait`) for a leader.
     pub async fn start(options: &DbOptions, wait: Duration) -> Result<Db, DbError> {
+        let mut node_args = options.node_args.clone();
+        let lose_unsynced_on_kill =
+            options.lose_unsynced_on_kill || node_args.iter().any(|a| a == LOSE_UNSYNCED_FLAG);
+        if lose_unsynced_on_kill && !node_args.iter().any(|a| a == LOSE_UNSYNCED_FLAG) {
+            node_args.push(LOSE_UNSYNCED_FLAG.into());
+        }
+        let mut env = Vec::new();
+        let clock_dir = if options.fake_clock {
+            let lib = find_libfaketime()?;
+            let dir = options.dir.join("clock");
+            // Absolute: nodes may run in another working directory.
+            let dir = std::fs::create_dir_all(&dir)
+                .and_then(|()| std::fs::canonicalize(&dir))
+                .map_err(|e| DbError::Substrate(format!("{}: {e}", dir.display())))?;
+            for id in 1..=options.nodes {
+                write_clock_file(&dir, id, CLOCK_NO_SKEW)?;
+            }
+            env.push(("LD_PRELOAD".to_string(), lib.display().to_string()));
+            env.push((
+                "FAKETIME_TIMESTAMP_FILE".to_string(),
+                dir.join("n{id}.faketime").display().to_string(),
+            ));
+            env.push(("FAKETIME_CACHE_DURATION".to_string(), "1".to_string()));
+            if !std::env::var(CLOCK_MONOTONIC_ENV).is_ok_and(|v| v == "1") {
+                env.push(("FAKETIME_DONT_FAKE_MONOTONIC".to_string(), "1".to_string()));
+            }
+            Some(dir)
+        } else {
+            None
+        };
         let inner = match options.substrate {
             SubstrateKind::Local => {
                 let cluster = Cluster::start(ClusterOptions {
                     nodes: options.nodes as usize,
-                    extra_args: options.node_args.clone(),
+                    extra_args: node_args,
+                    env,
                     wait_timeout: wait,
                     ..Default::default()
                 })
@@ -79,13 +180,13 @@ impl Db {
                 crate::jepsen::netns::available().map_err(DbError::Unsupported)?;
                 let bins = Binaries::try_locate().map_err(sub)?;
                 let dir = options.dir.clone();
-                let args = options.node_args.clone();
                 let n = options.nodes;
-                let cluster =
-                    tokio::task::spawn_blocking(move || NetnsCluster::start(n, &dir, &bins.node, args))
-                        .await
-                        .map_err(sub)?
-                        .map_err(sub)?;
+                let cluster = tokio::task::spawn_blocking(move || {
+                    NetnsCluster::start(n, &dir, &bins.node, node_args, env)
+                })
+                .await
+                .map_err(sub)?
+                .map_err(sub)?;
                 Inner::Netns(cluster)
             }
         };
@@ -93,6 +194,8 @@ impl Db {
             inner,
             members: Mutex::new((1..=options.nodes).collect()),
             next_id: Mutex::new(options.nodes + 1),
+            lose_unsynced_on_kill,
+            clock_dir,
         };
         db.wait_for_leader(wait).await?;
         Ok(db)
@@ -104,6 +207,28 @@ impl Db {
             Inner::Local(_) => SubstrateKind::Local,
             Inner::Netns(_) => SubstrateKind::Netns,
         }
+    }
+
+    /// Whether nodes run with [`LOSE_UNSYNCED_FLAG`] (a kill loses what was not fsynced).
+    pub fn loses_unsynced_on_kill(&self) -> bool {
+        self.lose_unsynced_on_kill
+    }
+
+    /// Whether nodes run under libfaketime ([`Db::set_clock`] works).
+    pub fn fakes_clock(&self) -> bool {
+        self.clock_dir.is_some()
+    }
+
+    /// Sets node `id`'s libfaketime offset spec: `"+5s"`, `"-3s"`, `"+0 x1.5"` (rate 1.5 from the
+    /// process start: the clock also jumps by 0.5 x uptime), [`CLOCK_NO_SKEW`] to undo. Applies to
+    /// the node's `CLOCK_REALTIME` (and `CLOCK_MONOTONIC` with [`CLOCK_MONOTONIC_ENV`]`=1`) within
+    /// about a second (libfaketime's file cache); survives restarts until reset. Errors: `Unsupported` when nodes do not run under
+    /// libfaketime, `Substrate` when the file cannot be written.
+    pub fn set_clock(&self, id: u64, spec: &str) -> Result<(), DbError> {
+        let dir = self.clock_dir.as_ref().ok_or_else(|| {
+            DbError::Unsupported("nodes do not run under libfaketime (fake_clock is off)".into())
+        })?;
+        write_clock_file(dir, id, spec)
     }
 
     /// Current member ids.
@@ -221,6 +346,9 @@ impl Db {
             *next += 1;
             id
         };
+        if let Some(dir) = &self.clock_dir {
+            write_clock_file(dir, id, CLOCK_NO_SKEW)?;
+        }
         match &self.inner {
             Inner::Local(c) => {
                 let info = c.add_node(id).map_err(sub)?;
@@ -306,6 +434,16 @@ impl Db {
     }
 }
 
+/// Writes `spec` into node `id`'s libfaketime file atomically (temporary file + rename), so that
+/// libfaketime never reads half a spec.
+fn write_clock_file(dir: &Path, id: u64, spec: &str) -> Result<(), DbError> {
+    let path = dir.join(format!("n{id}.faketime"));
+    let tmp = dir.join(format!(".n{id}.faketime.tmp"));
+    std::fs::write(&tmp, format!("{spec}\n"))
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map_err(|e| DbError::Substrate(format!("writing clock file {}: {e}", path.display())))
+}
+
 /// `Cluster.Status` of one endpoint through a one-endpoint client, bounded by `timeout`.
 pub async fn status(
     endpoint: &str,
@@ -329,4 +467,35 @@ pub async fn status(
     tokio::time::timeout(timeout + Duration::from_secs(1), fut)
         .await
         .map_err(|_| format!("status of {endpoint}: timed out"))?
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_files_are_replaced_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        write_clock_file(dir.path(), 2, "+5s").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("n2.faketime")).unwrap(),
+            "+5s\n"
+        );
+        write_clock_file(dir.path(), 2, CLOCK_NO_SKEW).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("n2.faketime")).unwrap(),
+            "+0\n"
+        );
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            names,
+            vec![std::ffi::OsString::from("n2.faketime")],
+            "temporary file left"
+        );
+        assert!(write_clock_file(&dir.path().join("missing"), 1, "+1s").is_err());
+    }
 }

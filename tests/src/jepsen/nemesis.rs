@@ -6,9 +6,32 @@
 //! (isolate one node, isolate the leader, random halves, a bridge a-b-c; netns only), `disk`
 //! (between kill and restart: truncate the newest log segment by 1..4096 bytes, zero its last
 //! 4 KiB page, or flip bits in a random 4 KiB block), `membership` (remove a node, wipe it, add it
-//! back under a new id as learner, promote it). `clock` and `lose-unsynced` need node support
-//! that `ftkv-node` does not have (an injectable clock; running over the fault file layer): they
-//! are reported as `unsupported` verdicts, never silently skipped.
+//! back under a new id as learner, promote it), `clock` and `lose-unsynced`.
+//!
+//! `clock` skews one node's clock through libfaketime: nodes then run with `LD_PRELOAD` of
+//! libfaketime and a per-node offset file (see [`crate::jepsen::db`]); a fault writes an offset
+//! (`+5s`, `-3s`, `+30s`, `-10s`) or a rate (`+0 x1.5`, `+0 x0.7`: relative to the process start,
+//! so the clock also jumps by (rate - 1) x uptime) into the target's file, the stop writes `+0`.
+//! libfaketime shifts both `CLOCK_REALTIME` and `CLOCK_MONOTONIC` (Rust's `Instant`, tokio timers,
+//! Raft election and lease timers), so a negative offset makes monotonic time go backwards.
+//! Known finding: in debug builds openraft 0.9.25 asserts that monotonic time never goes back
+//! (`debug_assert!` in `UTime::touch`, `openraft-0.9.25/src/utime.rs:95`, reached from
+//! `VoteHandler::update_vote` on an AppendEntries); the panic ends the node's Raft core task while
+//! the process keeps running, which the `convergence` checker then reports.
+//! Missing libfaketime is a harness failure (exit 2, "install faketime"); nothing is installed.
+//!
+//! `lose-unsynced` is "kill with loss": nodes run with `--unsafe-lose-unsynced-on-kill`, which opens
+//! the Raft log and the fractal engine's file through `ftkv_vfs::UnsyncedBufferVfs` (writes since
+//! the last fdatasync stay in process memory), so the SIGKILL of the fault loses exactly what was
+//! not fsynced, like a power cut; the stop restarts the node(s). The layer also gives every
+//! fdatasync a simulated latency (10 ms by default, `--unsafe-lose-unsynced-sync-latency-ms`): the
+//! test machines' disks sync in about 0.1 ms, which would leave almost no unsynced window to lose.
+//! Targets: the whole cluster half of the time (a power cut of every node at once: the case that
+//! loses acknowledged writes when a node acknowledges before fsync), else the leader or a random
+//! node. Not covered: the sled engine (its own I/O), snapshot files (plain `std::fs`), lost
+//! directory entries and torn writes (the `disk` nemesis corrupts tails). Plain `kill` keeps
+//! unsynced data (page cache) unless the nodes run in this mode, which they do whenever
+//! `lose-unsynced` is among the nemeses.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -34,11 +57,12 @@ pub enum NemesisKind {
     Kill,
     /// SIGSTOP and SIGCONT.
     Pause,
-    /// Clock skew of one node (unsupported: no injectable clock in the node).
+    /// Clock skew of one node (libfaketime offset or rate).
     Clock,
     /// Log-segment corruption between kill and restart.
     Disk,
-    /// Loss of unsynced writes at kill (unsupported: the node does not run over the fault VFS).
+    /// Kill with loss of every write not yet fsynced (nodes run with
+    /// `--unsafe-lose-unsynced-on-kill`).
     LoseUnsynced,
     /// Remove a node and add it back under a new id.
     Membership,
@@ -86,16 +110,6 @@ impl NemesisKind {
     /// Why this fault cannot run on `db`, if it cannot.
     pub fn unsupported_reason(&self, substrate: crate::jepsen::db::SubstrateKind) -> Option<String> {
         match self {
-            NemesisKind::Clock => Some(
-                "ftkv-node has no injectable clock (no test-only clock flag) and libfaketime is not used; \
-                 clock skew is not injected"
-                    .into(),
-            ),
-            NemesisKind::LoseUnsynced => Some(
-                "ftkv-node cannot run over the fault file layer (no flag), so unsynced writes cannot be \
-                 dropped at kill from outside the process"
-                    .into(),
-            ),
             NemesisKind::Partition if substrate == crate::jepsen::db::SubstrateKind::Local => {
                 Some("partitions need the netns substrate".into())
             }
@@ -176,6 +190,32 @@ pub enum Fault {
     },
     /// Remove a node and add a fresh one under a new id.
     Membership,
+    /// Skew `target`'s clock; reset to no skew at stop.
+    Clock {
+        /// Whom.
+        target: Target,
+        /// libfaketime offset spec (`+5s`, `-3s`, `+0 x1.5`).
+        skew: String,
+    },
+    /// SIGKILL `target` losing what it had not fsynced; restarted at stop.
+    LoseUnsynced {
+        /// Whom.
+        target: Target,
+    },
+}
+
+/// Clock skews the random schedule draws from (libfaketime specs: offsets, and rates relative to
+/// the process start).
+pub const CLOCK_SKEWS: [&str; 7] = ["+5s", "-3s", "+30s", "-10s", "+1s", "+0 x1.5", "+0 x0.7"];
+
+/// A libfaketime spec for an offset of `offset_ms` (`+1.500s`, `-0.250s`, `+0` for zero).
+pub fn clock_offset_spec(offset_ms: i64) -> String {
+    if offset_ms == 0 {
+        return crate::jepsen::db::CLOCK_NO_SKEW.into();
+    }
+    let sign = if offset_ms < 0 { '-' } else { '+' };
+    let abs = offset_ms.unsigned_abs();
+    format!("{sign}{}.{:03}s", abs / 1000, abs % 1000)
 }
 
 impl Fault {
@@ -187,10 +227,12 @@ impl Fault {
             Fault::Partition { .. } => NemesisKind::Partition,
             Fault::Disk { .. } => NemesisKind::Disk,
             Fault::Membership => NemesisKind::Membership,
+            Fault::Clock { .. } => NemesisKind::Clock,
+            Fault::LoseUnsynced { .. } => NemesisKind::LoseUnsynced,
         }
     }
 
-    /// A random fault of `kind` (none for unsupported kinds).
+    /// A random fault of `kind`.
     pub fn random(kind: NemesisKind, rng: &mut StdRng) -> Option<Fault> {
         let t = match rng.gen_range(0..3) {
             0 => Target::Leader,
@@ -213,7 +255,13 @@ impl Fault {
                 mode: *[DiskMode::Truncate, DiskMode::ZeroPage, DiskMode::Bitflip].choose(rng)?,
             },
             NemesisKind::Membership => Fault::Membership,
-            NemesisKind::Clock | NemesisKind::LoseUnsynced => return None,
+            NemesisKind::Clock => Fault::Clock {
+                target: t,
+                skew: (*CLOCK_SKEWS.choose(rng)?).to_string(),
+            },
+            NemesisKind::LoseUnsynced => Fault::LoseUnsynced {
+                target: if rng.gen_bool(0.5) { Target::All } else { t },
+            },
         })
     }
 }
@@ -230,13 +278,9 @@ pub struct Planned {
 }
 
 /// Plans fault windows over `time_limit_ms`: a quiet gap of 2-6 s, a fault held 2-8 s (pauses
-/// 1-15 s), repeated; faults drawn from the supported `kinds`. Deterministic for a seed.
+/// 1-15 s), repeated; faults drawn from `kinds`. Deterministic for a seed.
 pub fn schedule(kinds: &[NemesisKind], time_limit_ms: u64, rng: &mut StdRng) -> Vec<Planned> {
-    let usable: Vec<NemesisKind> = kinds
-        .iter()
-        .copied()
-        .filter(|k| !matches!(k, NemesisKind::Clock | NemesisKind::LoseUnsynced))
-        .collect();
+    let usable: Vec<NemesisKind> = kinds.to_vec();
     let mut plan = Vec::new();
     if usable.is_empty() {
         return plan;
@@ -276,6 +320,8 @@ pub enum Active {
     Paused(Vec<u64>),
     /// A partition to heal.
     Partitioned,
+    /// Nodes whose clock to reset.
+    ClockSkewed(Vec<u64>),
     /// Nothing to undo.
     Nothing,
 }
@@ -375,7 +421,19 @@ impl Nemesis {
                         .join("\n")
                 })
                 .unwrap_or_default();
-            let v = json!({"node": id, "at_ns": self.recorder.now_ns(), "log_tail": log_tail});
+            // The node's own error line (`ftkv-node: error: ...`), e.g. why it refused its log.
+            let error_line = log_tail
+                .lines()
+                .rev()
+                .find(|l| l.contains("ftkv-node: error"))
+                .unwrap_or("")
+                .to_string();
+            let v = json!({
+                "node": id,
+                "at_ns": self.recorder.now_ns(),
+                "error": error_line,
+                "log_tail": log_tail,
+            });
             if self.corrupted.remove(&id) {
                 self.record(OpType::Info, "refused-to-start", v);
                 self.stopped.insert(id);
@@ -478,6 +536,42 @@ impl Nemesis {
                 (Active::Killed(killed), value)
             }
             Fault::Membership => (Active::Nothing, self.replace_a_member().await),
+            Fault::Clock { target, skew } => {
+                let nodes = self.resolve(target).await;
+                let mut done = Vec::new();
+                let mut errors = Vec::new();
+                for &n in &nodes {
+                    match self.db.set_clock(n, skew) {
+                        Ok(()) => done.push(n),
+                        Err(e) => errors.push(format!("node {n}: {e}")),
+                    }
+                }
+                (
+                    Active::ClockSkewed(done.clone()),
+                    json!({"skewed": done, "skew": skew, "errors": errors}),
+                )
+            }
+            Fault::LoseUnsynced { target } => {
+                let nodes = self.resolve(target).await;
+                let mut done = Vec::new();
+                let mut errors = Vec::new();
+                if !self.db.loses_unsynced_on_kill() {
+                    errors.push(format!(
+                        "nodes do not run with {}: this kill keeps unsynced writes",
+                        crate::jepsen::db::LOSE_UNSYNCED_FLAG
+                    ));
+                }
+                for &n in &nodes {
+                    match self.kill_node(n) {
+                        Ok(()) => done.push(n),
+                        Err(e) => errors.push(e.to_string()),
+                    }
+                }
+                (
+                    Active::Killed(done.clone()),
+                    json!({"killed": done, "lost": "writes not yet fsynced", "errors": errors}),
+                )
+            }
         };
         self.record(OpType::Info, &f, value);
         active
@@ -488,6 +582,8 @@ impl Nemesis {
         self.detect_crashes().await;
         let f = format!("stop-{}", kind.name());
         self.record(OpType::Invoke, &f, Value::Null);
+        // Restarted nodes to watch for a refusal to start (disk faults).
+        let mut settle: Vec<u64> = Vec::new();
         let value = match active {
             Active::Killed(nodes) => {
                 let mut restarted = Vec::new();
@@ -498,6 +594,7 @@ impl Nemesis {
                         Err(e) => errors.push(format!("node {n}: {e}")),
                     }
                 }
+                settle.clone_from(&restarted);
                 json!({"restarted": restarted, "errors": errors})
             }
             Active::Paused(nodes) => {
@@ -513,9 +610,49 @@ impl Nemesis {
                 }
                 Err(e) => err_value(&e),
             },
+            Active::ClockSkewed(nodes) => {
+                let mut reset = Vec::new();
+                let mut errors = Vec::new();
+                for n in nodes {
+                    match self.db.set_clock(n, crate::jepsen::db::CLOCK_NO_SKEW) {
+                        Ok(()) => reset.push(n),
+                        Err(e) => errors.push(format!("node {n}: {e}")),
+                    }
+                }
+                json!({"reset": reset, "errors": errors})
+            }
             Active::Nothing => Value::Null,
         };
         self.record(OpType::Info, &f, value);
+        self.settle_after_disk_fault(&settle).await;
+    }
+
+    /// After restarting nodes whose log a disk fault corrupted: waits (up to 20 s in all) until
+    /// each serves `Status` or exits, so that a refusal to start is recorded with the node's error
+    /// line and the node replaced at once, not at the next fault.
+    async fn settle_after_disk_fault(&mut self, nodes: &[u64]) {
+        let watch: Vec<u64> = nodes
+            .iter()
+            .copied()
+            .filter(|n| self.corrupted.contains(n))
+            .collect();
+        if watch.is_empty() {
+            return;
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        for id in watch {
+            let Ok(ep) = self.db.endpoint(id) else { continue };
+            while std::time::Instant::now() < deadline && self.db.is_running(id) {
+                if crate::jepsen::db::status(&ep, false, Duration::from_millis(500))
+                    .await
+                    .is_ok()
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        self.detect_crashes().await;
     }
 
     /// Node(s) isolated by the current `isolate-*` partition.
@@ -529,6 +666,11 @@ impl Nemesis {
         self.record(OpType::Invoke, "heal-all", Value::Null);
         let _ = self.db.heal();
         self.isolated.clear();
+        if self.db.fakes_clock() {
+            for id in self.db.members() {
+                let _ = self.db.set_clock(id, crate::jepsen::db::CLOCK_NO_SKEW);
+            }
+        }
         let mut started = Vec::new();
         for id in self.db.members() {
             let _ = self.db.resume(id);
@@ -537,6 +679,7 @@ impl Nemesis {
             }
         }
         self.record(OpType::Info, "heal-all", json!({"started": started}));
+        self.settle_after_disk_fault(&started).await;
     }
 
     async fn partition_groups(&mut self, shape: PartitionShape) -> Vec<Vec<u64>> {
@@ -706,7 +849,7 @@ mod tests {
     }
 
     #[test]
-    fn schedule_is_seeded_bounded_and_skips_unsupported_kinds() {
+    fn schedule_is_seeded_bounded_and_draws_every_kind() {
         let kinds = [NemesisKind::Kill, NemesisKind::Pause, NemesisKind::Clock];
         let a = schedule(&kinds, 60_000, &mut StdRng::seed_from_u64(1));
         let b = schedule(&kinds, 60_000, &mut StdRng::seed_from_u64(1));
@@ -717,9 +860,58 @@ mod tests {
             assert!(p.at_ms >= end, "windows overlap");
             end = p.at_ms + p.hold_ms;
             assert!(end < 60_000);
-            assert!(matches!(p.fault.kind(), NemesisKind::Kill | NemesisKind::Pause));
+            assert!(kinds.contains(&p.fault.kind()), "{:?}", p.fault);
         }
-        assert!(schedule(&[NemesisKind::Clock], 60_000, &mut StdRng::seed_from_u64(1)).is_empty());
+        assert!(schedule(&[], 60_000, &mut StdRng::seed_from_u64(1)).is_empty());
+    }
+
+    #[test]
+    fn clock_and_lose_unsynced_faults_are_drawn_with_valid_parameters() {
+        let plan = schedule(&[NemesisKind::Clock], 300_000, &mut StdRng::seed_from_u64(2));
+        assert!(plan.len() > 10);
+        let mut skews = std::collections::BTreeSet::new();
+        for p in &plan {
+            let Fault::Clock { skew, .. } = &p.fault else {
+                panic!("not a clock fault: {:?}", p.fault)
+            };
+            assert!(CLOCK_SKEWS.contains(&skew.as_str()), "{skew}");
+            skews.insert(skew.clone());
+        }
+        assert!(
+            skews.iter().any(|s| s.starts_with('-')),
+            "no backwards skew in {skews:?}"
+        );
+        let plan = schedule(
+            &[NemesisKind::LoseUnsynced],
+            300_000,
+            &mut StdRng::seed_from_u64(2),
+        );
+        let all = plan
+            .iter()
+            .filter(|p| matches!(p.fault, Fault::LoseUnsynced { target: Target::All }))
+            .count();
+        assert!(plan.iter().all(|p| p.fault.kind() == NemesisKind::LoseUnsynced));
+        assert!(
+            all > 0 && all < plan.len(),
+            "{all} of {} whole-cluster kills",
+            plan.len()
+        );
+        assert_eq!(
+            NemesisKind::Clock.unsupported_reason(crate::jepsen::db::SubstrateKind::Local),
+            None
+        );
+        assert_eq!(
+            NemesisKind::LoseUnsynced.unsupported_reason(crate::jepsen::db::SubstrateKind::Local),
+            None
+        );
+    }
+
+    #[test]
+    fn clock_offset_specs_are_libfaketime_offsets() {
+        assert_eq!(clock_offset_spec(0), "+0");
+        assert_eq!(clock_offset_spec(1500), "+1.500s");
+        assert_eq!(clock_offset_spec(-250), "-0.250s");
+        assert_eq!(clock_offset_spec(-3000), "-3.000s");
     }
 
     #[test]

@@ -134,6 +134,8 @@ pub struct NetnsCluster {
     dir: PathBuf,
     node_bin: PathBuf,
     extra_args: Vec<String>,
+    /// Extra node environment; `{id}` in a value is replaced by the node id.
+    env: Vec<(String, String)>,
     initial_cluster: String,
     nodes: Mutex<BTreeMap<u64, NetNode>>,
     torn_down: Mutex<bool>,
@@ -145,13 +147,14 @@ const STATUS_PORT: u16 = 7381;
 
 impl NetnsCluster {
     /// Creates the bridge and `count` namespaces (ids 1..=count) and starts every node with
-    /// `extra_args` appended. Node folders go under `dir`. On any error what was created is
-    /// removed again.
+    /// `extra_args` appended and `env` set (`{id}` in a value is replaced by the node id). Node
+    /// folders go under `dir`. On any error what was created is removed again.
     pub fn start(
         count: u64,
         dir: &Path,
         node_bin: &Path,
         extra_args: Vec<String>,
+        env: Vec<(String, String)>,
     ) -> Result<Self, NetnsError> {
         // Unique per process and per cluster within it (tests may run clusters in parallel).
         static CLUSTERS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -166,6 +169,7 @@ impl NetnsCluster {
             dir: dir.to_path_buf(),
             node_bin: node_bin.to_path_buf(),
             extra_args,
+            env,
             initial_cluster: (1..=count)
                 .map(|i| format!("{i}=10.213.{subnet}.{i}:{PEER_PORT}"))
                 .collect::<Vec<_>>()
@@ -358,6 +362,8 @@ impl NetnsCluster {
         if std::env::var_os("RUST_LOG").is_none() {
             command.env("RUST_LOG", "info");
         }
+        let id_text = id.to_string();
+        command.envs(self.env.iter().map(|(k, v)| (k, v.replace("{id}", &id_text))));
         node.child = Some(spawn_tied(command).map_err(io(format!("spawning node {id}")))?);
         Ok(())
     }

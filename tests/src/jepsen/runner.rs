@@ -276,11 +276,17 @@ pub async fn run_test(
         serde_json::to_vec_pretty(options).unwrap_or_default(),
     )
     .map_err(report_error(&dir))?;
+    let mut kinds: Vec<NemesisKind> = options.nemeses.clone();
+    if let Some(steps) = &options.script {
+        kinds.extend(scenario::step_kinds(steps));
+    }
     let db_options = DbOptions {
         substrate: options.substrate,
         nodes: options.nodes,
         node_args: options.node_args.clone(),
         dir: dir.join("nodes"),
+        lose_unsynced_on_kill: kinds.contains(&NemesisKind::LoseUnsynced),
+        fake_clock: kinds.contains(&NemesisKind::Clock),
     };
     let db = Arc::new(
         Db::start(&db_options, Duration::from_secs(60))

@@ -29,8 +29,11 @@
 //! Steps (`do`): `wait {for}`, `kill {target}`, `restart {target}` (nodes not running), `pause
 //! {target}`, `resume {target}`, `partition {shape}`, `heal`, `disk {target, mode}` (the node
 //! stays down until `restart`), `membership`, `put {key, value, node?}`, `get {key, node?}` (node
-//! `"all"`: one get per member), `repeat {times, steps}`, and `lose-unsynced` / `clock`, which
-//! the node cannot support yet and are reported as `unsupported` results. Targets: `"leader"`,
+//! `"all"`: one get per member), `repeat {times, steps}`, `lose-unsynced {target}` (SIGKILL losing
+//! what was not fsynced; the node stays down until `restart`) and `clock {target, offset_ms}`
+//! (libfaketime offset; `offset_ms = 0` resets; every clock is reset at the final heal). A script
+//! with `lose-unsynced` or `clock` steps starts its nodes in the matching mode (see
+//! [`crate::jepsen::db`]). Targets: `"leader"`,
 //! `"follower"`, `"random"`, `"all"`, `"isolated"` (cut off by the last isolate partition) or a
 //! node id.
 
@@ -153,13 +156,13 @@ pub enum Step {
     },
     /// Replace a follower by a fresh node under a new id.
     Membership,
-    /// Drop unsynced writes of a killed node (needs node support: unsupported).
+    /// SIGKILL losing every write not yet fsynced; the node stays down until `restart`.
     LoseUnsynced {
         /// Whom.
         #[serde(default = "default_target")]
         target: TargetSpec,
     },
-    /// Skew a node's clock (needs node support: unsupported).
+    /// Skew a node's clock by `offset_ms` (0 resets it).
     Clock {
         /// Whom.
         #[serde(default = "default_target")]
@@ -241,6 +244,25 @@ pub struct Scenario {
 /// Parses a human duration (`20s`, `500ms`, `1m`).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim()).map_err(|e| format!("bad duration {text:?}: {e}"))
+}
+
+/// The fault kinds a script uses (nested `repeat`s included), so that the db starts its nodes in
+/// the modes those faults need.
+pub fn step_kinds(steps: &[Step]) -> BTreeSet<NemesisKind> {
+    let mut kinds = BTreeSet::new();
+    for s in steps {
+        match s {
+            Step::LoseUnsynced { .. } => {
+                kinds.insert(NemesisKind::LoseUnsynced);
+            }
+            Step::Clock { .. } => {
+                kinds.insert(NemesisKind::Clock);
+            }
+            Step::Repeat { steps, .. } => kinds.extend(step_kinds(steps)),
+            _ => {}
+        }
+    }
+    kinds
 }
 
 fn validate_steps(steps: &[Step]) -> Result<(), String> {
@@ -438,13 +460,14 @@ impl ScriptContext {
                     .await;
                 }
             }
-            Step::Kill { target } | Step::Disk { target, .. } => {
+            Step::Kill { target } | Step::Disk { target, .. } | Step::LoseUnsynced { target } => {
                 let Ok(t) = target.to_target() else { return };
                 let fault = match step {
                     Step::Disk { mode, .. } => Fault::Disk {
                         target: t,
                         mode: *mode,
                     },
+                    Step::LoseUnsynced { .. } => Fault::LoseUnsynced { target: t },
                     _ => Fault::Kill { target: t },
                 };
                 if let Active::Killed(nodes) = self.nemesis.lock().await.start(&fault).await {
@@ -519,8 +542,15 @@ impl ScriptContext {
             Step::Membership => {
                 self.nemesis.lock().await.start(&Fault::Membership).await;
             }
-            Step::LoseUnsynced { .. } => self.note_unsupported(NemesisKind::LoseUnsynced),
-            Step::Clock { .. } => self.note_unsupported(NemesisKind::Clock),
+            Step::Clock { target, offset_ms } => {
+                let Ok(t) = target.to_target() else { return };
+                let fault = Fault::Clock {
+                    target: t,
+                    skew: crate::jepsen::nemesis::clock_offset_spec(*offset_ms),
+                };
+                // The skew stays until a later `clock` step or the final heal resets it.
+                self.nemesis.lock().await.start(&fault).await;
+            }
             Step::Put { key, value, node } => {
                 let op = PlannedOp {
                     f: "put".into(),
@@ -668,6 +698,29 @@ node = "all"
         assert!(Scenario::parse(&format!("{base}checks=['vibes']\nsteps=[]\n")).is_err());
         assert!(Scenario::parse(&format!("{base}checks=[]\n[[steps]]\ndo='wait'\nfor='soon'\n")).is_err());
         assert!(Scenario::parse(&format!("{base}checks=['set']\nsteps=[]\n")).is_ok());
+    }
+
+    #[test]
+    fn step_kinds_finds_node_modes_in_nested_steps() {
+        let s = Scenario::parse(
+            r#"
+name = "x"
+description = "d"
+seed = 3
+time_limit = "5s"
+checks = ["set"]
+[[steps]]
+do = "kill"
+[[steps]]
+do = "repeat"
+times = 2
+steps = [{ do = "clock", target = 1, offset_ms = -2500 }, { do = "lose-unsynced", target = "all" }]
+"#,
+        )
+        .unwrap();
+        let kinds: Vec<NemesisKind> = step_kinds(&s.steps).into_iter().collect();
+        assert_eq!(kinds, vec![NemesisKind::Clock, NemesisKind::LoseUnsynced]);
+        assert!(step_kinds(&s.steps[..1]).is_empty());
     }
 
     #[test]
