@@ -6,7 +6,8 @@
 //! - `append(entries, cb)` -> `Log::append` whose callback fires only after fdatasync and then calls
 //!   `cb.log_io_completed` (MySQL semi-sync `AFTER_SYNC`: a follower acknowledges only durable
 //!   entries).
-//! - `save_vote` -> durable meta `raft.vote`; `save_committed` -> kept in memory and written as
+//! - `save_vote` -> durable meta `raft.vote` (read back uncommitted after a restart, so a former
+//!   leader restarts as a follower: see [`LogStore::new`]); `save_committed` -> kept in memory and written as
 //!   meta `raft.committed` together with the next `append` (and at shutdown), so it rides that
 //!   group flush instead of costing an fsync of its own (openraft issue 1511: a restarted node
 //!   re-applies committed entries). A stale saved value only shortens the replay at restart; the
@@ -79,6 +80,9 @@ struct Shared {
     append_entries_max_bytes: usize,
     /// TEST ONLY canary: complete appends before fsync (breaks durability on purpose).
     unsafe_ack_before_fsync: bool,
+    /// The vote found at open, as reported to openraft until the next `save_vote`: a committed
+    /// vote is reported uncommitted (see [`LogStore::new`]).
+    vote_at_open: Mutex<Option<Vote>>,
 }
 
 /// The Raft log store. Cheap to clone; clones share the log (also used as the log reader).
@@ -105,8 +109,26 @@ impl LogStore {
             Some(b) => decode_versioned(&b).map_err(|e| read_error(ErrorSubject::Logs, e))?,
             None => None,
         };
+        // openraft 0.9 restarts a node whose saved vote is its own committed leadership straight
+        // into the Leader state in the same term. A leader may have acknowledged entries that a
+        // majority of followers fsynced but it had not yet written itself (Raft counts any
+        // majority); after a kill -9 it comes back without them, serves ReadIndex reads from
+        // that shorter log (stale reads: Jepsen scenario 10 found one) and proposes new entries
+        // under log ids the followers already hold for other entries. Reporting the saved vote
+        // uncommitted keeps the term and whom this node voted for (no double vote) but makes it
+        // start as a follower: leadership comes back only through a new election in a higher
+        // term, which a node missing committed entries cannot win.
+        let vote_at_open: Option<Vote> = match log.get_meta(META_VOTE) {
+            Some(b) => {
+                let mut vote: Vote = decode_versioned(&b).map_err(|e| read_error(ErrorSubject::Vote, e))?;
+                vote.committed = false;
+                Some(vote)
+            }
+            None => None,
+        };
         let store = LogStore {
             shared: Arc::new(Shared {
+                vote_at_open: Mutex::new(vote_at_open),
                 log,
                 last_log_id: Mutex::new(None),
                 last_purged: Mutex::new(last_purged),
@@ -269,6 +291,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
+        *self.shared.vote_at_open.lock() = None;
         let bytes = encode_versioned(vote).map_err(|e| write_error(ErrorSubject::Vote, e))?;
         self.blocking(ErrorSubject::Vote, move |log| {
             log.put_meta(META_VOTE, Bytes::from(bytes), true)
@@ -277,6 +300,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
+        if let Some(vote) = self.shared.vote_at_open.lock().clone() {
+            return Ok(Some(vote));
+        }
         match self.shared.log.get_meta(META_VOTE) {
             Some(b) => Ok(Some(
                 decode_versioned(&b).map_err(|e| read_error(ErrorSubject::Vote, e))?,
@@ -372,5 +398,38 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             *last = Some(log_id);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::storage::RaftLogStorage;
+
+    fn open(dir: &std::path::Path) -> LogStore {
+        let opts = ftkv_log::LogOptions {
+            segment_size_bytes: 1 << 20,
+            sync: ftkv_log::SyncMode::Always,
+        };
+        let log = ftkv_log::Log::open(Arc::new(ftkv_vfs::RealVfs), dir, opts).unwrap();
+        LogStore::new(log, 1 << 20, false).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_restarted_leader_reads_its_vote_uncommitted_until_it_votes_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let leader_vote = Vote::new_committed(7, 1);
+        {
+            let mut store = open(dir.path());
+            store.save_vote(&leader_vote).await.unwrap();
+            // Within one run the vote reads back as saved.
+            assert_eq!(store.read_vote().await.unwrap(), Some(leader_vote));
+        }
+        let mut store = open(dir.path());
+        // After a restart: same term and candidate, not committed (starts as a follower).
+        assert_eq!(store.read_vote().await.unwrap(), Some(Vote::new(7, 1)));
+        let next = Vote::new(8, 2);
+        store.save_vote(&next).await.unwrap();
+        assert_eq!(store.read_vote().await.unwrap(), Some(next));
     }
 }
