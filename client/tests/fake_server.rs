@@ -315,36 +315,6 @@ async fn connection_lost_after_sending_is_ambiguous() {
     assert!(err.is_ambiguous(), "{err:?}");
 }
 
-/// Client-side overhead: the bench loop against a fake leader that does almost nothing.
-/// Ignored by default (timing only); run with `--ignored --nocapture`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore]
-async fn bench_loop_against_a_fake_leader() {
-    let shared = Arc::new(Mutex::new(Shared::default()));
-    let ep = serve(FakeNode::leader(&shared)).await;
-    let connections: usize = std::env::var("CONNECTIONS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
-    let client = Client::builder()
-        .endpoints([&ep])
-        .connections_per_endpoint(connections)
-        .build()
-        .await
-        .unwrap();
-    let cfg = ftkv_client::cli::bench::BenchConfig {
-        clients: 128,
-        duration: Duration::from_secs(3),
-        value_size_bytes: 128,
-        key_space: 100_000,
-        key_prefix: "b/".into(),
-        progress: false,
-    };
-    let report = ftkv_client::cli::bench::run_put(&client, &cfg).await.unwrap();
-    eprintln!("{}", report.to_text());
-    assert_eq!(report.errors, 0);
-}
-
 #[tokio::test]
 async fn calls_go_through_the_batch_stream_and_fall_back_to_unary_on_old_nodes() {
     // A node serving Kv.Batch: concurrent writes share one stream, answers match callers.
