@@ -2,20 +2,21 @@
 //! `ft/msg_buffer.cc`).
 //!
 //! Every write becomes a message stamped with a message sequence number (MSN) when it is injected
-//! at the root. A buffer keeps point messages indexed by key (each key's messages in MSN order)
-//! and range messages (`DeleteRange`, `UpsertRange`: the broadcast of TokuDB's instant ADD
+//! at the root. A buffer keeps point messages in an append log with a hash index by key (see
+//! [`Buffer`]) and range messages (`DeleteRange`, `UpsertRange`: the broadcast of TokuDB's instant ADD
 //! COLUMN) in MSN order, so a point read looks up one key per buffer instead of scanning it.
 
-use std::collections::{BTreeMap, HashSet};
-use std::ops::Bound;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::OnceLock;
 
 use crate::ops::{apply_broadcast, apply_upsert, in_range, UpsertOp};
 
 /// Message sequence number: strictly increasing across all messages of a tree.
 pub type Msn = u64;
 
-/// Per-message overhead counted in sizes, in bytes: the in-memory cost (index slot, key and list
-/// allocations, filter entry) beyond key and value bytes, so node sizes track memory use.
+/// Per-message overhead counted in sizes, in bytes: the in-memory cost (log slot, hash-index
+/// entry, key and value allocations) beyond key and value bytes, so node sizes track memory use.
 pub const MSG_OVERHEAD_BYTES: usize = 112;
 
 /// What a point message does to its key.
@@ -165,6 +166,15 @@ pub fn apply_point(value: Option<Vec<u8>>, op: &PointOp) -> Option<Vec<u8>> {
     }
 }
 
+/// Like [`apply_point`], consuming the op (a `Put` moves its value instead of copying it).
+pub fn apply_point_owned(value: Option<Vec<u8>>, op: PointOp) -> Option<Vec<u8>> {
+    match op {
+        PointOp::Put(v) => Some(v),
+        PointOp::Delete => None,
+        PointOp::Upsert(u) => apply_upsert(value.as_deref(), &u),
+    }
+}
+
 /// Applies a range op to one present value; `None` = deleted.
 pub fn apply_range(value: &[u8], op: &RangeOp) -> Option<Vec<u8>> {
     match op {
@@ -173,11 +183,68 @@ pub fn apply_range(value: &[u8], op: &RangeOp) -> Option<Vec<u8>> {
     }
 }
 
+/// Hasher for keys that already are xxh3 hashes ([`key_hash`]): passes the value through.
+#[derive(Debug, Default, Clone, Copy)]
+struct PrehashedHasher(u64);
+
+impl Hasher for PrehashedHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is used by the index; fold anything else so hashing stays total.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// Key hash -> index of the newest slot with that hash (the head of its chain).
+type HashHeads = HashMap<u64, u32, BuildHasherDefault<PrehashedHasher>>;
+
+/// End of a hash chain.
+const NO_SLOT: u32 = u32::MAX;
+
+/// One point message in a buffer's append log.
+#[derive(Debug, Clone)]
+struct Slot {
+    /// Sequence number.
+    msn: Msn,
+    /// Key (emptied once superseded).
+    key: Vec<u8>,
+    /// Operation (`Delete` once superseded, dropping any payload).
+    op: PointOp,
+    /// [`key_hash`] of `key`.
+    hash: u64,
+    /// Previous (older) slot with the same hash, [`NO_SLOT`] at the end of the chain.
+    prev: u32,
+    /// False once a newer `Put`/`Delete` of the key superseded it.
+    live: bool,
+}
+
 /// The message buffer of one child of an internal node.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// Point messages live in an append-only log (arrival order, normally increasing MSN) with a
+/// hash index (key hash -> newest slot, slots chained per hash), so a push costs one hash probe
+/// and no per-key allocation, a flush hands the log over in MSN order without sorting, and the
+/// hash index doubles as the exact per-buffer filter of point reads. Superseded messages are
+/// marked dead (their payload dropped) and compacted away when they make up half the log. The
+/// (key, MSN) order needed by range reads is built on demand and cached until the next push.
+#[derive(Debug, Clone)]
 pub struct Buffer {
-    /// Point messages by key, each key's list in increasing MSN order.
-    points: BTreeMap<Vec<u8>, Vec<(Msn, PointOp)>>,
+    /// Point messages in arrival order (live and superseded).
+    slots: Vec<Slot>,
+    /// Newest slot per key hash.
+    heads: HashHeads,
+    /// Superseded slots still in `slots`.
+    dead: usize,
+    /// Whether `slots` is in strictly increasing MSN order.
+    msn_sorted: bool,
     /// Range messages in increasing MSN order.
     ranges: Vec<RangeMsg>,
     /// Sum of message sizes.
@@ -186,15 +253,42 @@ pub struct Buffer {
     delete_bytes: usize,
     /// Number of messages.
     count: usize,
-    /// xxh3 of every point key held: a point read skips the buffer without touching the index
-    /// when its key's hash is absent (the per-buffer filter ENGINE.md asks for).
-    key_hashes: HashSet<u64>,
+    /// Indices of live slots sorted by (key, MSN); built by range reads, reset by pushes.
+    key_order: OnceLock<Vec<u32>>,
 }
+
+impl Default for Buffer {
+    fn default() -> Self {
+        Buffer {
+            slots: Vec::new(),
+            heads: HashHeads::default(),
+            dead: 0,
+            msn_sorted: true,
+            ranges: Vec::new(),
+            bytes: 0,
+            delete_bytes: 0,
+            count: 0,
+            key_order: OnceLock::new(),
+        }
+    }
+}
+
+impl PartialEq for Buffer {
+    /// Equal when they hold the same messages (the log layout is not compared).
+    fn eq(&self, other: &Self) -> bool {
+        self.counters() == other.counters() && self.messages() == other.messages()
+    }
+}
+
+impl Eq for Buffer {}
 
 /// Hash of a key for the per-buffer filters.
 pub fn key_hash(key: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(key)
 }
+
+/// Slots older than this many dead ones are never compacted (small buffers keep their garbage).
+const COMPACT_MIN_DEAD: usize = 64;
 
 impl Buffer {
     /// An empty buffer.
@@ -224,39 +318,12 @@ impl Buffer {
 
     /// Adds a message. Messages must arrive in increasing MSN order per key; a `Put` or `Delete`
     /// supersedes the older point messages of its key (they can no longer change the outcome).
-    /// A range message whose MSN is already present is skipped (idempotent re-delivery).
+    /// A message whose MSN is already present (for its key, or among range messages) is skipped
+    /// (idempotent re-delivery).
     pub fn push(&mut self, msg: Msg) {
         let size = msg.size_bytes();
         match msg {
-            Msg::Point { msn, key, op } => {
-                let key_len = key.len();
-                self.key_hashes.insert(key_hash(&key));
-                let is_delete = matches!(op, PointOp::Delete);
-                let supersedes = matches!(op, PointOp::Put(_) | PointOp::Delete);
-                let list = self.points.entry(key).or_default();
-                if supersedes {
-                    // Only older messages are superseded (out-of-order delivery never drops newer ones).
-                    let keep_from = list.partition_point(|(m, _)| *m < msn);
-                    for (_, old) in list.drain(..keep_from) {
-                        self.bytes -= point_size(&[], &old) + key_len;
-                        if matches!(old, PointOp::Delete) {
-                            self.delete_bytes -= MSG_OVERHEAD_BYTES;
-                        }
-                        self.count -= 1;
-                    }
-                }
-                // Keep MSN order even if a caller delivers out of order.
-                let pos = list.partition_point(|(m, _)| *m < msn);
-                if list.get(pos).is_some_and(|(m, _)| *m == msn) {
-                    return;
-                }
-                list.insert(pos, (msn, op));
-                self.bytes += size;
-                if is_delete {
-                    self.delete_bytes += MSG_OVERHEAD_BYTES;
-                }
-                self.count += 1;
-            }
+            Msg::Point { msn, key, op } => self.push_point(msn, key, op, size),
             Msg::Range(r) => {
                 let pos = self.ranges.partition_point(|x| x.msn < r.msn);
                 if self.ranges.get(pos).is_some_and(|x| x.msn == r.msn) {
@@ -272,19 +339,88 @@ impl Buffer {
         }
     }
 
+    fn push_point(&mut self, msn: Msn, key: Vec<u8>, op: PointOp, size: usize) {
+        if self.key_order.get().is_some() {
+            self.key_order = OnceLock::new();
+        }
+        let hash = key_hash(&key);
+        let head = self.heads.get(&hash).copied().unwrap_or(NO_SLOT);
+        let supersedes = matches!(op, PointOp::Put(_) | PointOp::Delete);
+        let mut duplicate = false;
+        let mut at = head;
+        while let Some(s) = self.slots.get_mut(at as usize) {
+            at = s.prev;
+            if !s.live || s.key != key {
+                continue;
+            }
+            if s.msn == msn {
+                duplicate = true;
+            } else if supersedes && s.msn < msn {
+                // Only older messages are superseded (out-of-order delivery never drops newer ones).
+                self.bytes -= point_size(&s.key, &s.op);
+                if matches!(s.op, PointOp::Delete) {
+                    self.delete_bytes -= MSG_OVERHEAD_BYTES;
+                }
+                self.count -= 1;
+                self.dead += 1;
+                s.live = false;
+                s.key = Vec::new();
+                s.op = PointOp::Delete;
+            }
+        }
+        if !duplicate {
+            let index = self.slots.len();
+            assert!(index < NO_SLOT as usize, "buffer slot index overflow");
+            if self.slots.last().is_some_and(|last| last.msn >= msn) {
+                self.msn_sorted = false;
+            }
+            if matches!(op, PointOp::Delete) {
+                self.delete_bytes += MSG_OVERHEAD_BYTES;
+            }
+            self.bytes += size;
+            self.count += 1;
+            self.slots.push(Slot {
+                msn,
+                key,
+                op,
+                hash,
+                prev: head,
+                live: true,
+            });
+            self.heads.insert(hash, index as u32);
+        }
+        if self.dead >= COMPACT_MIN_DEAD && self.dead * 2 > self.slots.len() {
+            self.compact();
+        }
+    }
+
+    /// Drops superseded slots and rebuilds the hash chains.
+    fn compact(&mut self) {
+        self.slots.retain(|s| s.live);
+        self.dead = 0;
+        self.heads.clear();
+        for (i, s) in self.slots.iter_mut().enumerate() {
+            s.prev = self.heads.insert(s.hash, i as u32).unwrap_or(NO_SLOT);
+        }
+        self.msn_sorted = self.slots.windows(2).all(|w| w[0].msn < w[1].msn);
+        self.key_order = OnceLock::new();
+    }
+
+    fn live_slots(&self) -> impl Iterator<Item = &Slot> {
+        self.slots.iter().filter(|s| s.live)
+    }
+
     /// Recomputes `(bytes, delete_bytes, count)` from scratch (integrity checks).
     pub fn recompute(&self) -> (usize, usize, usize) {
         let mut bytes = 0;
         let mut deletes = 0;
         let mut count = 0;
-        for (key, list) in &self.points {
-            for (_, op) in list {
-                bytes += point_size(key, op);
-                if matches!(op, PointOp::Delete) {
-                    deletes += MSG_OVERHEAD_BYTES;
-                }
-                count += 1;
+        for s in self.live_slots() {
+            bytes += point_size(&s.key, &s.op);
+            if matches!(s.op, PointOp::Delete) {
+                deletes += MSG_OVERHEAD_BYTES;
             }
+            count += 1;
         }
         for r in &self.ranges {
             bytes += r.size_bytes();
@@ -305,21 +441,21 @@ impl Buffer {
     pub fn take_all(&mut self) -> Vec<Msg> {
         let taken = std::mem::take(self);
         let mut out: Vec<Msg> = Vec::with_capacity(taken.count);
-        for (key, list) in taken.points {
-            let n = list.len();
-            let mut key = Some(key);
-            for (i, (msn, op)) in list.into_iter().enumerate() {
-                // The last message of a key takes the key itself; earlier ones get copies.
-                let k = if i + 1 == n {
-                    key.take().unwrap_or_default()
-                } else {
-                    key.clone().unwrap_or_default()
-                };
-                out.push(Msg::Point { msn, key: k, op });
-            }
-        }
+        out.extend(taken.slots.into_iter().filter(|s| s.live).map(|s| Msg::Point {
+            msn: s.msn,
+            key: s.key,
+            op: s.op,
+        }));
+        let points = out.len();
         out.extend(taken.ranges.into_iter().map(Msg::Range));
-        out.sort_by_key(Msg::msn);
+        if !(taken.msn_sorted
+            && out
+                .get(points)
+                .is_none_or(|r| points == 0 || out[points - 1].msn() < r.msn()))
+        {
+            // Stable: a sorted point run and the sorted range run merge in one pass.
+            out.sort_by_key(Msg::msn);
+        }
         out
     }
 
@@ -331,30 +467,36 @@ impl Buffer {
     /// Borrowed views of every message in increasing MSN order (serialization without copies).
     pub fn sorted_refs(&self) -> Vec<MsgRef<'_>> {
         let mut out: Vec<MsgRef<'_>> = Vec::with_capacity(self.count);
-        for (key, list) in &self.points {
-            for (msn, op) in list {
-                out.push(MsgRef::Point { msn: *msn, key, op });
-            }
-        }
+        out.extend(self.live_slots().map(|s| MsgRef::Point {
+            msn: s.msn,
+            key: &s.key,
+            op: &s.op,
+        }));
         out.extend(self.ranges.iter().map(MsgRef::Range));
-        out.sort_by_key(MsgRef::msn);
+        if !self.msn_sorted || !self.ranges.is_empty() {
+            out.sort_by_key(MsgRef::msn);
+        }
         out
     }
 
-    /// Messages that may affect `key`, appended to `out` (point messages of the key and range
-    /// messages covering it).
+    /// Messages that may affect `key`, appended to `out` (point messages of the key in MSN
+    /// order, then range messages covering it in MSN order).
     /// `hash` is [`key_hash`] of `key`.
     pub fn collect_for_key(&self, key: &[u8], hash: u64, out: &mut Vec<Msg>) {
-        if !self.key_hashes.contains(&hash) {
-            // No point message for this key.
-        } else if let Some(list) = self.points.get(key) {
-            for (msn, op) in list {
+        let first = out.len();
+        let mut at = self.heads.get(&hash).copied().unwrap_or(NO_SLOT);
+        while let Some(s) = self.slots.get(at as usize) {
+            at = s.prev;
+            if s.live && s.key == key {
                 out.push(Msg::Point {
-                    msn: *msn,
+                    msn: s.msn,
                     key: key.to_vec(),
-                    op: op.clone(),
+                    op: s.op.clone(),
                 });
             }
+        }
+        if let Some(found) = out.get_mut(first..) {
+            found.sort_by_key(Msg::msn);
         }
         for r in &self.ranges {
             if r.covers(key) {
@@ -363,21 +505,78 @@ impl Buffer {
         }
     }
 
-    /// Messages that may affect keys in `[lo, hi)` (`None` bounds infinite), appended to `out`.
+    /// Indices of live slots sorted by (key, MSN), built on first use after a change.
+    fn key_order(&self) -> &[u32] {
+        self.key_order.get_or_init(|| {
+            let mut order: Vec<u32> = (0..self.slots.len() as u32)
+                .filter(|&i| self.slots.get(i as usize).is_some_and(|s| s.live))
+                .collect();
+            order.sort_by(|&a, &b| {
+                let (sa, sb) = (&self.slots[a as usize], &self.slots[b as usize]);
+                sa.key.cmp(&sb.key).then(sa.msn.cmp(&sb.msn))
+            });
+            order
+        })
+    }
+
+    /// Live slots in (key, MSN) order.
+    fn slots_by_key(&self) -> impl Iterator<Item = &Slot> {
+        self.key_order()
+            .iter()
+            .filter_map(|&i| self.slots.get(i as usize))
+    }
+
+    /// Messages that may affect keys in `[lo, hi)` (`None` bounds infinite), appended to `out`
+    /// (point messages in (key, MSN) order, then overlapping range messages in MSN order).
     pub fn collect_for_range(&self, lo: Option<&[u8]>, hi: Option<&[u8]>, out: &mut Vec<Msg>) {
-        let lower = lo.map_or(Bound::Unbounded, Bound::Included);
-        let upper = hi.map_or(Bound::Unbounded, Bound::Excluded);
+        self.collect_for_range_limited(lo, hi, usize::MAX, out);
+    }
+
+    /// Like [`Buffer::collect_for_range`], but stops after the point messages of `max_keys`
+    /// distinct keys (at least one). Returns the first key left out when it stopped early: the
+    /// messages appended are then complete for `[lo, that key)` only (a scan's page needs a
+    /// few keys, not the whole buffer). Range messages are always all appended.
+    pub fn collect_for_range_limited(
+        &self,
+        lo: Option<&[u8]>,
+        hi: Option<&[u8]>,
+        max_keys: usize,
+        out: &mut Vec<Msg>,
+    ) -> Option<Vec<u8>> {
         if let (Some(l), Some(h)) = (lo, hi) {
             if l >= h {
-                return;
+                return None;
             }
         }
-        for (key, list) in self.points.range::<[u8], _>((lower, upper)) {
-            for (msn, op) in list {
+        let max_keys = max_keys.max(1);
+        let mut cut = None;
+        if !self.slots.is_empty() {
+            let order = self.key_order();
+            let first = match lo {
+                Some(l) => order.partition_point(|&i| self.slots[i as usize].key.as_slice() < l),
+                None => 0,
+            };
+            let mut keys = 0usize;
+            let mut last_key: Option<&[u8]> = None;
+            for &i in order.get(first..).unwrap_or_default() {
+                let Some(s) = self.slots.get(i as usize) else {
+                    break;
+                };
+                if hi.is_some_and(|h| s.key.as_slice() >= h) {
+                    break;
+                }
+                if last_key != Some(s.key.as_slice()) {
+                    if keys == max_keys {
+                        cut = Some(s.key.clone());
+                        break;
+                    }
+                    keys += 1;
+                    last_key = Some(&s.key);
+                }
                 out.push(Msg::Point {
-                    msn: *msn,
-                    key: key.clone(),
-                    op: op.clone(),
+                    msn: s.msn,
+                    key: s.key.clone(),
+                    op: s.op.clone(),
                 });
             }
         }
@@ -386,6 +585,7 @@ impl Buffer {
                 out.push(Msg::Range(r.clone()));
             }
         }
+        cut
     }
 
     /// Moves every message of `other` in (used when two children merge; their key ranges are
@@ -401,27 +601,53 @@ impl Buffer {
     pub fn msn_bounds(&self) -> Option<(Msn, Msn)> {
         let mut lo = Msn::MAX;
         let mut hi = 0;
-        for list in self.points.values() {
-            for (m, _) in list {
-                lo = lo.min(*m);
-                hi = hi.max(*m);
-            }
-        }
-        for r in &self.ranges {
-            lo = lo.min(r.msn);
-            hi = hi.max(r.msn);
+        for m in self
+            .live_slots()
+            .map(|s| s.msn)
+            .chain(self.ranges.iter().map(|r| r.msn))
+        {
+            lo = lo.min(m);
+            hi = hi.max(m);
         }
         (self.count > 0).then_some((lo, hi))
     }
 
-    /// Point keys held, in order, with their per-key lists (integrity checks).
-    pub fn point_lists(&self) -> impl Iterator<Item = (&Vec<u8>, &Vec<(Msn, PointOp)>)> {
-        self.points.iter()
+    /// Point messages held as `(msn, key, op)` in (key, MSN) order (integrity checks).
+    pub fn point_msgs(&self) -> impl Iterator<Item = (Msn, &[u8], &PointOp)> {
+        self.slots_by_key().map(|s| (s.msn, s.key.as_slice(), &s.op))
     }
 
-    /// Whether the key filter holds the hash of every point key (a filter miss must be exact).
-    pub fn filter_covers_keys(&self) -> bool {
-        self.points.keys().all(|k| self.key_hashes.contains(&key_hash(k)))
+    /// Whether the hash index (the key filter) is consistent: every live message is reachable
+    /// from its key's chain (a filter miss must be exact), hashes match keys, and the
+    /// superseded count matches. Returns the first problem found.
+    pub fn check_index(&self) -> std::result::Result<(), String> {
+        let live = self.live_slots().count();
+        if live + self.dead != self.slots.len() {
+            return Err(format!(
+                "{} live + {} superseded slots != {} slots",
+                live,
+                self.dead,
+                self.slots.len()
+            ));
+        }
+        for (i, s) in self.slots.iter().enumerate() {
+            if !s.live {
+                continue;
+            }
+            if s.hash != key_hash(&s.key) {
+                return Err(format!("slot {i}: stored hash does not match key {:?}", s.key));
+            }
+            let mut at = self.heads.get(&s.hash).copied().unwrap_or(NO_SLOT);
+            let mut steps = 0usize;
+            while at != NO_SLOT && at as usize != i && steps <= self.slots.len() {
+                at = self.slots.get(at as usize).map_or(NO_SLOT, |x| x.prev);
+                steps += 1;
+            }
+            if at as usize != i {
+                return Err(format!("key filter misses buffered key {:?}", s.key));
+            }
+        }
+        Ok(())
     }
 
     /// Range messages held, in MSN order.
@@ -507,3 +733,7 @@ pub fn apply_to_entries(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "msg_tests.rs"]
+mod tests;

@@ -1,7 +1,7 @@
 //! In-memory tree nodes: internal nodes (pivots + one message buffer per child) and leaves
 //! (basement nodes of sorted entries), after PerconaFT `ft/node.h`.
 
-use super::msg::{apply_point, apply_to_entries, Buffer, Msg, Msn, PointOp};
+use super::msg::{apply_point_owned, apply_to_entries, Buffer, Msg, Msn, PointOp};
 
 /// Logical node id, mapped to a disk location by the block translation table.
 pub type NodeId = u64;
@@ -172,35 +172,29 @@ impl Leaf {
     }
 
     /// Applies messages sorted by MSN: runs of point messages are merged into each basement in
-    /// one pass (sorted by key, each key's messages folded in MSN order); range messages are
-    /// applied between runs, so the outcome equals applying every message in MSN order.
-    pub fn apply_batch(&mut self, msgs: &[Msg]) {
-        let mut i = 0;
-        while let Some(m) = msgs.get(i) {
-            if matches!(m, Msg::Range(_)) {
-                self.apply(m);
-                i += 1;
-                continue;
+    /// one pass (sorted by key, each key's messages folded in MSN order; keys and values move
+    /// into the entries without copies); range messages are applied between runs, so the outcome
+    /// equals applying every message in MSN order.
+    pub fn apply_batch(&mut self, msgs: Vec<Msg>) {
+        let mut run: Vec<(Vec<u8>, Msn, PointOp)> = Vec::new();
+        for m in msgs {
+            match m {
+                Msg::Point { msn, key, op } => run.push((key, msn, op)),
+                Msg::Range(_) => {
+                    if !run.is_empty() {
+                        self.apply_points(std::mem::take(&mut run));
+                    }
+                    self.apply(&m);
+                }
             }
-            let rest = msgs.get(i..).unwrap_or_default();
-            let j = rest
-                .iter()
-                .position(|m| matches!(m, Msg::Range(_)))
-                .map_or(msgs.len(), |p| i + p);
-            self.apply_points(msgs.get(i..j).unwrap_or_default());
-            i = j;
+        }
+        if !run.is_empty() {
+            self.apply_points(run);
         }
     }
 
-    fn apply_points(&mut self, run: &[Msg]) {
-        let mut order: Vec<(&[u8], Msn, &PointOp)> = run
-            .iter()
-            .filter_map(|m| match m {
-                Msg::Point { msn, key, op } => Some((key.as_slice(), *msn, op)),
-                Msg::Range(_) => None,
-            })
-            .collect();
-        if let Some(last) = order.last() {
+    fn apply_points(&mut self, mut run: Vec<(Vec<u8>, Msn, PointOp)>) {
+        if let Some(last) = run.last() {
             let last_key = self
                 .basements
                 .last()
@@ -211,24 +205,20 @@ impl Leaf {
                 .first()
                 .and_then(|b| b.entries.first())
                 .map(|(k, _)| k.as_slice());
-            self.appending = last_key.is_none_or(|l| last.0 > l);
-            self.prepending = first_key.is_none_or(|f| last.0 < f);
+            self.appending = last_key.is_none_or(|l| last.0.as_slice() > l);
+            self.prepending = first_key.is_none_or(|f| last.0.as_slice() < f);
         }
         // Stable: equal keys keep MSN order.
-        order.sort_by(|a, b| a.0.cmp(b.0));
-        let mut start = 0;
-        while let Some(first) = order.get(start) {
-            let bi = child_index(&self.pivots, first.0);
-            let group = order.get(start..).unwrap_or_default();
-            let len = match self.pivots.get(bi) {
-                Some(p) => group.partition_point(|m| m.0 < p.as_slice()),
-                None => group.len(),
+        run.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut msgs = run.into_iter().peekable();
+        while let Some(first) = msgs.peek() {
+            let bi = child_index(&self.pivots, &first.0);
+            let pivot = self.pivots.get(bi).map(Vec::as_slice);
+            let group = std::iter::from_fn(|| msgs.next_if(|m| pivot.is_none_or(|p| m.0.as_slice() < p)));
+            match self.basements.get_mut(bi) {
+                Some(b) => merge_into_basement(b, group),
+                None => group.for_each(drop),
             }
-            .max(1);
-            if let Some(b) = self.basements.get_mut(bi) {
-                merge_into_basement(b, group.get(..len).unwrap_or_default());
-            }
-            start += len;
         }
     }
 
@@ -245,6 +235,7 @@ impl Leaf {
         let max_msn = self.max_msn();
         let old = std::mem::take(&mut self.basements);
         let old_pivots = std::mem::take(&mut self.pivots);
+        let n_old = old.len();
         let mut pivots = Vec::new();
         let mut basements: Vec<Basement> = Vec::new();
         for (i, b) in old.into_iter().enumerate() {
@@ -266,7 +257,26 @@ impl Leaf {
             }
             let first_pivot = old_pivots.get(i.wrapping_sub(1)).cloned();
             let b_max = b.max_msn;
-            let chunks = chunk_entries(b.entries, basement_size_bytes);
+            let size = b.size_bytes();
+            // The right-most basement under sequential inserts is cut full (the rest stays
+            // full); any other is cut evenly to about 3/4 of the target, so random inserts do
+            // not re-split a just-filled basement on the next message.
+            let chunks = if self.appending && i + 1 == n_old {
+                chunk_entries(b.entries, basement_size_bytes)
+            } else {
+                let pieces = size.div_ceil((basement_size_bytes * 3 / 4).max(1)).max(2);
+                // Even pieces can overshoot by one entry: cut those again to the hard limit.
+                split_entries_even(b.entries, pieces)
+                    .into_iter()
+                    .flat_map(|c| {
+                        if c.iter().map(entry_size).sum::<usize>() > basement_size_bytes {
+                            chunk_entries(c, basement_size_bytes)
+                        } else {
+                            vec![c]
+                        }
+                    })
+                    .collect()
+            };
             for (j, chunk) in chunks.into_iter().enumerate() {
                 if !basements.is_empty() {
                     let pivot = if j == 0 { first_pivot.clone() } else { None };
@@ -321,34 +331,50 @@ impl Leaf {
 
 /// Merges point messages sorted by key (each key's in MSN order) into a basement in one pass.
 /// Messages at or below the basement's `max_msn` are skipped (already applied).
-fn merge_into_basement(b: &mut Basement, msgs: &[(&[u8], Msn, &PointOp)]) {
+fn merge_into_basement(b: &mut Basement, msgs: impl Iterator<Item = (Vec<u8>, Msn, PointOp)>) {
     let floor = b.max_msn;
     let old = std::mem::take(&mut b.entries);
-    let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(old.len() + msgs.len());
-    let mut it = old.into_iter().peekable();
-    let mut k = 0;
+    let mut msgs = msgs.peekable();
+    let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(old.len() + msgs.size_hint().0);
+    let mut it = old.into_iter();
     let mut top = floor;
-    while let Some(&(key, _, _)) = msgs.get(k) {
-        while let Some(e) = it.next_if(|(ok, _)| ok.as_slice() < key) {
-            out.push(e);
-        }
-        let (mut owned_key, mut val) = match it.next_if(|(ok, _)| ok.as_slice() == key) {
-            Some((ok, ov)) => (Some(ok), Some(ov)),
-            None => (None, None),
+    let mut data_bytes = b.data_bytes;
+    while let Some((key, msn, op)) = msgs.next() {
+        // Binary search for the key among the remaining entries (messages are usually sparse
+        // against the basement), then move the entries before it over in one go.
+        let before = it
+            .as_slice()
+            .partition_point(|(ok, _)| ok.as_slice() < key.as_slice());
+        out.extend(it.by_ref().take(before));
+        let mut val = match it.as_slice().first() {
+            Some((ok, _)) if *ok == key => it.next().map(|(_, ov)| ov),
+            _ => None,
         };
-        while let Some(&(_, msn, op)) = msgs.get(k).filter(|m| m.0 == key) {
+        let old_size = val.as_ref().map_or(0, |v| key.len() + v.len());
+        let mut fold = |val: Option<Vec<u8>>, msn: Msn, op: PointOp| {
             if msn > floor {
-                val = apply_point(val, op);
                 top = top.max(msn);
+                apply_point_owned(val, op)
+            } else {
+                val
             }
-            k += 1;
+        };
+        val = fold(val, msn, op);
+        while let Some((_, msn, op)) = msgs.next_if(|m| m.0 == key) {
+            val = fold(val, msn, op);
         }
+        let new_size = val.as_ref().map_or(0, |v| key.len() + v.len());
+        data_bytes = (data_bytes + new_size).saturating_sub(old_size);
         if let Some(v) = val {
-            out.push((owned_key.take().unwrap_or_else(|| key.to_vec()), v));
+            out.push((key, v));
         }
     }
     out.extend(it);
-    b.data_bytes = out.iter().map(|(k, v)| k.len() + v.len()).sum();
+    debug_assert_eq!(
+        data_bytes,
+        out.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+    );
+    b.data_bytes = data_bytes;
     b.entries = out;
     b.max_msn = top;
 }
@@ -482,6 +508,100 @@ impl Node {
         match self {
             Node::Internal(n) => n.height,
             Node::Leaf(_) => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::fractal::msg::RangeMsg;
+    use crate::fractal::msg::RangeOp;
+    use crate::ops::UpsertOp;
+
+    fn msg_strategy() -> impl Strategy<Value = (u8, Vec<u8>, Vec<u8>, Option<Vec<u8>>, i64)> {
+        (
+            0u8..20,
+            prop::collection::vec(b'a'..b'h', 1..3),
+            prop::collection::vec(any::<u8>(), 0..40),
+            prop::option::of(prop::collection::vec(b'a'..b'h', 1..3)),
+            -3i64..3,
+        )
+    }
+
+    fn make(msn: Msn, (kind, key, value, end, n): (u8, Vec<u8>, Vec<u8>, Option<Vec<u8>>, i64)) -> Msg {
+        match kind {
+            0..=9 => Msg::Point {
+                msn,
+                key,
+                op: PointOp::Put(value),
+            },
+            10..=13 => Msg::Point {
+                msn,
+                key,
+                op: PointOp::Delete,
+            },
+            14..=17 => Msg::Point {
+                msn,
+                key,
+                op: PointOp::Upsert(UpsertOp::Append(value)),
+            },
+            18 => Msg::Range(RangeMsg {
+                msn,
+                start: key,
+                end,
+                op: RangeOp::Delete,
+            }),
+            _ => Msg::Range(RangeMsg {
+                msn,
+                start: key,
+                end,
+                op: RangeOp::Upsert(UpsertOp::Add(n)),
+            }),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+        /// Batch application (sorted merge per basement, owned keys and values) equals applying
+        /// each message on its own in MSN order, including messages at or below the basements'
+        /// applied MSN (skipped), and normalizing afterwards keeps the entries.
+        #[test]
+        fn apply_batch_equals_one_by_one(
+            initial in prop::collection::btree_map(prop::collection::vec(b'a'..b'h', 1..3), prop::collection::vec(any::<u8>(), 0..40), 0..40),
+            floor in 0u64..20,
+            msgs in prop::collection::vec(msg_strategy(), 0..60),
+            basement_size_bytes in 64usize..400,
+        ) {
+            let entries: Vec<(Vec<u8>, Vec<u8>)> = initial.into_iter().collect();
+            let leaf = Leaf::from_entries(entries, floor, basement_size_bytes);
+            let msgs: Vec<Msg> = msgs.into_iter().enumerate().map(|(i, m)| make(i as Msn + 1, m)).collect();
+            let mut one = leaf.clone();
+            for m in &msgs {
+                one.apply(m);
+            }
+            let mut batch = leaf;
+            batch.apply_batch(msgs);
+            prop_assert_eq!(batch.basements.len(), one.basements.len());
+            for (a, b) in batch.basements.iter().zip(&one.basements) {
+                prop_assert_eq!(&a.entries, &b.entries);
+                prop_assert_eq!(a.max_msn, b.max_msn);
+                prop_assert_eq!(a.data_bytes, b.data_bytes);
+            }
+            let want = one.clone().into_entries();
+            batch.normalize(basement_size_bytes);
+            for b in &batch.basements {
+                prop_assert!(b.size_bytes() <= basement_size_bytes || b.entries.len() == 1);
+            }
+            prop_assert_eq!(batch.basements.len(), batch.pivots.len() + 1);
+            for (i, b) in batch.basements.iter().enumerate() {
+                let (lo, hi) = child_bounds(&batch.pivots, i, None, None);
+                prop_assert!(b.entries.iter().all(|(k, _)| lo.is_none_or(|l| k.as_slice() >= l) && hi.is_none_or(|h| k.as_slice() < h)));
+            }
+            prop_assert_eq!(batch.into_entries(), want);
         }
     }
 }

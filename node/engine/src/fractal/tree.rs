@@ -281,7 +281,7 @@ impl Tree {
         }
         match &mut child {
             Node::Leaf(l) => {
-                l.apply_batch(&msgs);
+                l.apply_batch(msgs);
                 l.normalize(self.params.basement_size_bytes);
             }
             Node::Internal(c) => {
@@ -555,6 +555,8 @@ fn scan_from(
             return Ok(Some(out));
         }
         let mut cursor = start.to_vec();
+        // Point keys taken from one buffer per pass: a page needs a few keys, not the buffer.
+        let keys_per_pass = limit.max(64);
         loop {
             let mut msgs = Vec::new();
             let mut hi: Option<Vec<u8>> = None;
@@ -566,13 +568,21 @@ fn scan_from(
                 let Node::Internal(n) = node else { break };
                 let i = child_index(&n.pivots, &cursor);
                 if let Some(p) = n.pivots.get(i) {
-                    hi = Some(p.clone());
+                    if hi.as_ref().is_none_or(|h| p < h) {
+                        hi = Some(p.clone());
+                    }
                 }
                 let qhi = min_bound(hi.as_deref(), end);
                 let (Some(b), Some(&c)) = (n.buffers.get(i), n.children.get(i)) else {
                     return Err(corrupt(format!("node {id}"), "pivot/child count mismatch"));
                 };
-                b.collect_for_range(Some(&cursor), qhi, &mut msgs);
+                // A buffer that stopped early bounds this pass at the first key it left out
+                // (rows below it are complete); the next pass resumes there.
+                if let Some(cut) = b.collect_for_range_limited(Some(&cursor), qhi, keys_per_pass, &mut msgs) {
+                    if hi.as_ref().is_none_or(|h| cut < *h) {
+                        hi = Some(cut);
+                    }
+                }
                 id = c;
             }
             msgs.sort_by_key(Msg::msn);
@@ -886,24 +896,19 @@ fn check_buffer(
             (bytes, deletes, count)
         ));
     }
-    if !b.filter_covers_keys() {
-        return Err("key filter misses a buffered key".into());
-    }
-    for (k, list) in b.point_lists() {
-        if lo.is_some_and(|x| k.as_slice() < x) || hi.is_some_and(|x| k.as_slice() >= x) {
+    b.check_index()?;
+    let mut prev: Option<(&[u8], Msn)> = None;
+    for (msn, k, _) in b.point_msgs() {
+        if lo.is_some_and(|x| k < x) || hi.is_some_and(|x| k >= x) {
             return Err(format!("message key {k:?} outside child range"));
         }
-        if list.is_empty() {
-            return Err(format!("empty message list for {k:?}"));
+        if prev.is_some_and(|(pk, pm)| pk == k && pm >= msn) {
+            return Err(format!("messages of {k:?} not in MSN order"));
         }
-        for w in list.windows(2) {
-            if w[0].0 >= w[1].0 {
-                return Err(format!("messages of {k:?} not in MSN order"));
-            }
-        }
-        if list.iter().any(|(m, _)| *m >= next_msn || *m == 0) {
+        if msn >= next_msn || msn == 0 {
             return Err(format!("message of {k:?} with MSN out of range"));
         }
+        prev = Some((k, msn));
     }
     for w in b.range_msgs().windows(2) {
         if w[0].msn >= w[1].msn {
