@@ -371,6 +371,85 @@ async fn requests_at_the_limits_are_accepted() {
     cluster.check_no_panics().unwrap();
 }
 
+/// `Kv.Batch`: a bad item gets its own INVALID_ARGUMENT answer without hurting its neighbours,
+/// and a stream message over the item limit ends the stream with INVALID_ARGUMENT; no panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_stream_refuses_bad_items_and_oversized_batches() {
+    use ftkv_proto::v1::{batch_request_item, batch_response_item, BatchRequest, BatchRequestItem};
+    let _serial = serial().await;
+    let cluster = Cluster::start(ClusterOptions::default()).await.unwrap();
+    let leader = cluster.wait_for_leader().await.unwrap();
+    let mut raw = cluster.kv_raw(leader).await.unwrap();
+    let put = |key: &[u8]| {
+        Some(batch_request_item::Request::Put(PutRequest {
+            key: key.to_vec(),
+            value: b"v".to_vec(),
+            session: None,
+        }))
+    };
+    let items = vec![
+        BatchRequestItem {
+            id: 1,
+            request: put(b""),
+        },
+        BatchRequestItem { id: 2, request: None },
+        BatchRequestItem {
+            id: 3,
+            request: put(b"batch-ok"),
+        },
+    ];
+    let mut answers = raw
+        .batch(futures::stream::iter(vec![BatchRequest { items }]))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut by_id = std::collections::BTreeMap::new();
+    while let Some(message) = answers.message().await.unwrap() {
+        for item in message.items {
+            by_id.insert(item.id, item.response);
+        }
+    }
+    assert_eq!(by_id.len(), 3, "every item answered once: {by_id:?}");
+    for id in [1, 2] {
+        match &by_id[&id] {
+            Some(batch_response_item::Response::Error(e)) => {
+                assert_eq!(e.code, tonic::Code::InvalidArgument as i32, "item {id}: {e:?}")
+            }
+            other => panic!("item {id} should be refused, got {other:?}"),
+        }
+    }
+    assert!(
+        matches!(by_id[&3], Some(batch_response_item::Response::Put(_))),
+        "the valid item still succeeds: {:?}",
+        by_id[&3]
+    );
+
+    let too_many: Vec<BatchRequestItem> = (0..10_001u64)
+        .map(|id| BatchRequestItem {
+            id,
+            request: put(format!("k{id}").as_bytes()),
+        })
+        .collect();
+    let mut answers = raw
+        .batch(futures::stream::iter(vec![BatchRequest { items: too_many }]))
+        .await
+        .unwrap()
+        .into_inner();
+    let status = loop {
+        match answers.message().await {
+            Ok(Some(m)) => panic!(
+                "no item of an oversized batch may run: {} answered",
+                m.items.len()
+            ),
+            Ok(None) => panic!("the stream ended without an error"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("10000"), "names the limit: {status:?}");
+    cluster.check_no_panics().unwrap();
+}
+
 /// `run --id ID --data-dir DIR` plus every address flag on `ports` (client, peer, status).
 fn node_args(id: u64, data_dir: &str, ports: &[u16]) -> Vec<String> {
     let client = format!("127.0.0.1:{}", ports[0]);
