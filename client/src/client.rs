@@ -235,12 +235,12 @@ struct Inner {
     drop_write_responses: AtomicU32,
 }
 
-/// What one attempt of a call may use: the endpoint's channel and, when batching is on, its
-/// `Kv.Batch` stream.
+/// What one attempt of a call talks to: the endpoint and its channel. `Kv` calls also look up
+/// the endpoint's `Kv.Batch` stream ([`Inner::kv`]); cluster calls never need it.
 #[derive(Debug, Clone)]
 struct Conn {
+    endpoint: String,
     channel: Channel,
-    batch: Option<BatchConn>,
 }
 
 /// The `Kv` calls of one attempt: through the endpoint's `Kv.Batch` stream when there is one,
@@ -358,8 +358,8 @@ impl Inner {
 
     fn kv(&self, conn: Conn) -> KvConn {
         KvConn {
+            batch: self.batch_conn(&conn.endpoint, &conn.channel),
             unary: self.kv_client(conn.channel),
-            batch: conn.batch,
         }
     }
 
@@ -384,8 +384,7 @@ impl Inner {
     }
 
     fn cluster(&self, conn: Conn) -> ClusterClient<Channel> {
-        let ch = conn.channel;
-        ClusterClient::new(ch)
+        ClusterClient::new(conn.channel)
             .max_decoding_message_size(self.config.max_message_bytes)
             .max_encoding_message_size(self.config.max_message_bytes)
     }
@@ -474,8 +473,11 @@ impl Inner {
                 .config
                 .request_timeout
                 .min(deadline.saturating_duration_since(now));
-            let batch = self.batch_conn(&endpoint, &channel);
-            let result = tokio::time::timeout(budget, attempt(Conn { channel, batch })).await;
+            let conn = Conn {
+                endpoint: endpoint.clone(),
+                channel,
+            };
+            let result = tokio::time::timeout(budget, attempt(conn)).await;
             let error = match result {
                 Ok(Ok(value)) => {
                     if kind == CallKind::Write && self.take_injected_drop() {
