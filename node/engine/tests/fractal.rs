@@ -386,7 +386,7 @@ fn open_engine_opens_every_kind() {
 #[test]
 fn paged_scans_over_full_buffers_match_the_model() {
     let params = TreeParams {
-        node_size_bytes: 512 << 10,
+        node_size_bytes: 128 << 10,
         basement_size_bytes: 4 << 10,
         fanout: 4,
     };

@@ -12,6 +12,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+// The same allocator as `ftkv-node` (every engine in the bench runs on it), so engine figures
+// describe the engines as deployed, not glibc malloc.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 use ftkv_bench::{self as bench, plot, Load, RunResult, Target};
 use serde::Serialize;

@@ -3,7 +3,7 @@
 //! magic, a format version and a crc32c.
 
 use super::msg::{Buffer, Msg, MsgRef, Msn, PointOp, RangeMsg, RangeOp};
-use super::node::{Basement, Internal, Leaf, Node, NodeId};
+use super::node::{Basement, BasementBuilder, Internal, Leaf, Node, NodeId};
 use crate::ops::UpsertOp;
 use crate::{EngineError, Result};
 
@@ -131,8 +131,12 @@ impl<'a> R<'a> {
         Ok(u64::from_le_bytes(a))
     }
     fn bytes(&mut self) -> Result<Vec<u8>, Detail> {
+        Ok(self.slice()?.to_vec())
+    }
+    /// A length-prefixed byte string, borrowed.
+    fn slice(&mut self) -> Result<&'a [u8], Detail> {
         let n = self.u32()? as usize;
-        Ok(self.take(n)?.to_vec())
+        self.take(n)
     }
     fn done(&self) -> Result<(), Detail> {
         if self.pos == self.buf.len() {
@@ -449,8 +453,8 @@ fn decode_buffer(raw: &[u8]) -> Result<Buffer, Detail> {
 fn encode_basement(b: &Basement) -> Vec<u8> {
     let mut w = W::default();
     w.u64(b.max_msn);
-    w.u32(b.entries.len() as u32);
-    for (k, v) in &b.entries {
+    w.u32(b.len() as u32);
+    for (k, v) in b.iter() {
         w.bytes(k);
         w.bytes(v);
     }
@@ -461,17 +465,21 @@ fn decode_basement(raw: &[u8]) -> Result<Basement, Detail> {
     let mut r = R::new(raw);
     let max_msn = r.u64()?;
     let n = r.u32()?;
-    let mut entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(n.min(1 << 20) as usize);
+    // Key and value bytes are at most the partition minus its length prefixes.
+    let mut out = BasementBuilder::with_capacity(
+        (n as usize).min(raw.len() / 8),
+        raw.len().saturating_sub(12 + 8 * n as usize),
+    );
     for _ in 0..n {
-        let k = r.bytes()?;
-        let v = r.bytes()?;
-        if entries.last().is_some_and(|(pk, _)| *pk >= k) {
+        let k = r.slice()?;
+        let v = r.slice()?;
+        if out.last_key().is_some_and(|pk| pk >= k) {
             return Err("basement keys not strictly increasing".into());
         }
-        entries.push((k, v));
+        out.push(k, v);
     }
     r.done()?;
-    Ok(Basement::from_entries(entries, max_msn))
+    Ok(out.finish(max_msn))
 }
 
 fn compress(raw: Vec<u8>, level: Option<i32>) -> Result<Vec<u8>> {

@@ -1,14 +1,14 @@
 //! In-memory tree nodes: internal nodes (pivots + one message buffer per child) and leaves
 //! (basement nodes of sorted entries), after PerconaFT `ft/node.h`.
 
-use super::msg::{apply_point_owned, apply_to_entries, Buffer, Msg, Msn, PointOp};
+use super::msg::{apply_point, apply_point_owned, apply_range, Buffer, Msg, Msn, PointOp};
 
 /// Logical node id, mapped to a disk location by the block translation table.
 pub type NodeId = u64;
 
-/// Bytes counted per entry besides key and value: the in-memory cost (vector slot, two
-/// allocations), so node sizes and the cache budget track memory use.
-pub const ENTRY_OVERHEAD_BYTES: usize = 64;
+/// Bytes counted per basement entry besides key and value: the in-memory cost (its 12-byte slot
+/// plus arena slack), so node sizes and the cache budget track memory use.
+pub const ENTRY_OVERHEAD_BYTES: usize = 16;
 
 /// Index of the child (or basement) whose range holds `key`: the number of pivots `<= key`.
 /// Child `i` covers `[pivots[i-1], pivots[i])`.
@@ -50,40 +50,220 @@ pub fn child_bounds<'a>(
     (clo, chi)
 }
 
+/// Position of one entry inside a [`Basement`]'s byte arena.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Slot {
+    /// Offset of the key in `data`; the value follows the key.
+    off: u32,
+    /// Key length in bytes.
+    klen: u32,
+    /// Value length in bytes.
+    vlen: u32,
+}
+
 /// A basement node: the unit of partial reads inside a leaf (sorted, duplicate-free entries).
+///
+/// Entries are packed: keys and values back to back in one byte arena, with a fixed-width slot
+/// per entry, so a basement costs two allocations whatever its entry count, scans and binary
+/// searches touch contiguous memory, and (de)serialization is a copy (PerconaFT's basement
+/// nodes likewise keep a packed key/value area plus an offset array, `ft/bndata.h`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Basement {
-    /// Entries sorted by key.
-    pub entries: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Keys and values of every entry, in key order.
+    data: Vec<u8>,
+    /// One slot per entry, in key order.
+    slots: Vec<Slot>,
     /// Highest MSN applied (messages at or below it are skipped: idempotent application).
     pub max_msn: Msn,
     /// Sum of key and value lengths.
-    pub data_bytes: usize,
+    data_bytes: usize,
+}
+
+/// Builds a [`Basement`] from entries pushed in strictly increasing key order.
+#[derive(Debug, Default)]
+pub struct BasementBuilder {
+    b: Basement,
+}
+
+impl BasementBuilder {
+    /// A builder with room for about `entries` entries of `bytes` key and value bytes.
+    pub fn with_capacity(entries: usize, bytes: usize) -> Self {
+        BasementBuilder {
+            b: Basement {
+                data: Vec::with_capacity(bytes),
+                slots: Vec::with_capacity(entries),
+                max_msn: 0,
+                data_bytes: 0,
+            },
+        }
+    }
+
+    /// Appends an entry; keys must arrive in strictly increasing order (checked in debug
+    /// builds; decoders check it themselves).
+    pub fn push(&mut self, key: &[u8], value: &[u8]) {
+        debug_assert!(
+            self.b.last_key().is_none_or(|l| l < key),
+            "basement keys out of order"
+        );
+        let off = self.b.data.len();
+        assert!(
+            off + key.len() + value.len() <= u32::MAX as usize,
+            "basement arena over 4 GiB"
+        );
+        self.b.data.extend_from_slice(key);
+        self.b.data.extend_from_slice(value);
+        self.b.slots.push(Slot {
+            off: off as u32,
+            klen: key.len() as u32,
+            vlen: value.len() as u32,
+        });
+        self.b.data_bytes += key.len() + value.len();
+    }
+
+    /// Last key pushed.
+    pub fn last_key(&self) -> Option<&[u8]> {
+        self.b.last_key()
+    }
+
+    /// Entries pushed so far.
+    pub fn len(&self) -> usize {
+        self.b.len()
+    }
+
+    /// True when nothing was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.b.is_empty()
+    }
+
+    /// The basement, with applied MSN `max_msn`.
+    pub fn finish(self, max_msn: Msn) -> Basement {
+        let mut b = self.b;
+        b.max_msn = max_msn;
+        b
+    }
 }
 
 impl Basement {
     /// A basement holding `entries` (sorted) with `max_msn`.
     pub fn from_entries(entries: Vec<(Vec<u8>, Vec<u8>)>, max_msn: Msn) -> Self {
-        let data_bytes = entries.iter().map(|(k, v)| k.len() + v.len()).sum();
-        Basement {
-            entries,
-            max_msn,
-            data_bytes,
+        let bytes = entries.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let mut w = BasementBuilder::with_capacity(entries.len(), bytes);
+        for (k, v) in &entries {
+            w.push(k, v);
         }
+        w.finish(max_msn)
+    }
+
+    /// An empty basement with applied MSN `max_msn`.
+    pub fn empty(max_msn: Msn) -> Self {
+        Basement {
+            max_msn,
+            ..Basement::default()
+        }
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// True when the basement holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Sum of key and value lengths.
+    pub fn data_bytes(&self) -> usize {
+        self.data_bytes
     }
 
     /// Bytes counted against node sizes.
     pub fn size_bytes(&self) -> usize {
-        self.data_bytes + self.entries.len() * ENTRY_OVERHEAD_BYTES
+        self.data_bytes + self.slots.len() * ENTRY_OVERHEAD_BYTES
+    }
+
+    /// Key of entry `i` (panics when out of range, like slice indexing).
+    pub fn key(&self, i: usize) -> &[u8] {
+        let s = self.slots[i];
+        &self.data[s.off as usize..(s.off + s.klen) as usize]
+    }
+
+    /// Value of entry `i` (panics when out of range).
+    pub fn value(&self, i: usize) -> &[u8] {
+        let s = self.slots[i];
+        let v = (s.off + s.klen) as usize;
+        &self.data[v..v + s.vlen as usize]
+    }
+
+    /// Entry `i` as (key, value) (panics when out of range).
+    pub fn entry(&self, i: usize) -> (&[u8], &[u8]) {
+        (self.key(i), self.value(i))
+    }
+
+    /// Entries in key order.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&[u8], &[u8])> + ExactSizeIterator + '_ {
+        (0..self.slots.len()).map(|i| self.entry(i))
+    }
+
+    /// Entries `range` in key order.
+    pub fn iter_range(&self, range: std::ops::Range<usize>) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        range.map(|i| self.entry(i))
+    }
+
+    /// Index of the first entry whose key is `>= key`.
+    pub fn lower_bound(&self, key: &[u8]) -> usize {
+        let (mut lo, mut hi) = (0usize, self.slots.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.key(mid) < key {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
     }
 
     /// Value of `key`.
-    pub fn get(&self, key: &[u8]) -> Option<&Vec<u8>> {
-        self.entries
-            .binary_search_by(|(k, _)| k.as_slice().cmp(key))
-            .ok()
-            .and_then(|i| self.entries.get(i))
-            .map(|(_, v)| v)
+    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
+        let i = self.lower_bound(key);
+        (i < self.len() && self.key(i) == key).then(|| self.value(i))
+    }
+
+    /// Smallest key.
+    pub fn first_key(&self) -> Option<&[u8]> {
+        (!self.is_empty()).then(|| self.key(0))
+    }
+
+    /// Largest key.
+    pub fn last_key(&self) -> Option<&[u8]> {
+        self.len().checked_sub(1).map(|i| self.key(i))
+    }
+
+    /// Counted size of entry `i` (key, value and per-entry overhead).
+    pub fn entry_size(&self, i: usize) -> usize {
+        let s = self.slots[i];
+        (s.klen + s.vlen) as usize + ENTRY_OVERHEAD_BYTES
+    }
+
+    /// A copy of entries `range` as a basement with the same applied MSN.
+    pub fn slice(&self, range: std::ops::Range<usize>) -> Basement {
+        let bytes = range.clone().map(|i| self.entry_size(i)).sum::<usize>();
+        let mut w = BasementBuilder::with_capacity(range.len(), bytes);
+        for (k, v) in self.iter_range(range) {
+            w.push(k, v);
+        }
+        w.finish(self.max_msn)
+    }
+
+    /// The entries as owned pairs (tests, leaf splits).
+    pub fn to_entries(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
+    }
+
+    /// Recomputes the key and value bytes from the slots (integrity checks).
+    pub fn recompute_data_bytes(&self) -> usize {
+        self.slots.iter().map(|s| (s.klen + s.vlen) as usize).sum()
     }
 }
 
@@ -124,7 +304,7 @@ impl Leaf {
 
     /// Number of entries.
     pub fn entry_count(&self) -> usize {
-        self.basements.iter().map(|b| b.entries.len()).sum()
+        self.basements.iter().map(Basement::len).sum()
     }
 
     /// Highest MSN applied to any basement.
@@ -139,16 +319,8 @@ impl Leaf {
         let span = match msg {
             Msg::Point { key, .. } => {
                 let i = child_index(&self.pivots, key);
-                let last_key = self
-                    .basements
-                    .last()
-                    .and_then(|b| b.entries.last())
-                    .map(|(k, _)| k.as_slice());
-                let first_key = self
-                    .basements
-                    .first()
-                    .and_then(|b| b.entries.first())
-                    .map(|(k, _)| k.as_slice());
+                let last_key = self.basements.last().and_then(Basement::last_key);
+                let first_key = self.basements.first().and_then(Basement::first_key);
                 self.appending = last_key.is_none_or(|l| key.as_slice() > l);
                 self.prepending = first_key.is_none_or(|f| key.as_slice() < f);
                 Some((i, i))
@@ -165,9 +337,7 @@ impl Leaf {
             if msn <= b.max_msn {
                 continue;
             }
-            let delta = apply_to_entries(&mut b.entries, msg, lo.as_deref(), hi.as_deref());
-            b.data_bytes = (b.data_bytes as isize + delta).max(0) as usize;
-            b.max_msn = msn;
+            *b = apply_to_basement(b, msg, lo.as_deref(), hi.as_deref());
         }
     }
 
@@ -195,16 +365,8 @@ impl Leaf {
 
     fn apply_points(&mut self, mut run: Vec<(Vec<u8>, Msn, PointOp)>) {
         if let Some(last) = run.last() {
-            let last_key = self
-                .basements
-                .last()
-                .and_then(|b| b.entries.last())
-                .map(|(k, _)| k.as_slice());
-            let first_key = self
-                .basements
-                .first()
-                .and_then(|b| b.entries.first())
-                .map(|(k, _)| k.as_slice());
+            let last_key = self.basements.last().and_then(Basement::last_key);
+            let first_key = self.basements.first().and_then(Basement::first_key);
             self.appending = last_key.is_none_or(|l| last.0.as_slice() > l);
             self.prepending = first_key.is_none_or(|f| last.0.as_slice() < f);
         }
@@ -228,7 +390,7 @@ impl Leaf {
             .basements
             .iter()
             .any(|b| b.size_bytes() > basement_size_bytes);
-        let empties = self.basements.len() > 1 && self.basements.iter().any(|b| b.entries.is_empty());
+        let empties = self.basements.len() > 1 && self.basements.iter().any(Basement::is_empty);
         if !oversized && !empties {
             return;
         }
@@ -239,7 +401,7 @@ impl Leaf {
         let mut pivots = Vec::new();
         let mut basements: Vec<Basement> = Vec::new();
         for (i, b) in old.into_iter().enumerate() {
-            if b.entries.is_empty() {
+            if b.is_empty() {
                 continue;
             }
             if b.size_bytes() <= basement_size_bytes {
@@ -249,48 +411,47 @@ impl Leaf {
                         old_pivots
                             .get(i.wrapping_sub(1))
                             .cloned()
-                            .unwrap_or_else(|| b.entries[0].0.clone()),
+                            .unwrap_or_else(|| b.key(0).to_vec()),
                     );
                 }
                 basements.push(b);
                 continue;
             }
             let first_pivot = old_pivots.get(i.wrapping_sub(1)).cloned();
-            let b_max = b.max_msn;
             let size = b.size_bytes();
+            let sizes: Vec<usize> = (0..b.len()).map(|j| b.entry_size(j)).collect();
             // The right-most basement under sequential inserts is cut full (the rest stays
             // full); any other is cut evenly to about 3/4 of the target, so random inserts do
             // not re-split a just-filled basement on the next message.
-            let chunks = if self.appending && i + 1 == n_old {
-                chunk_entries(b.entries, basement_size_bytes)
+            let ranges = if self.appending && i + 1 == n_old {
+                chunk_ranges(&sizes, basement_size_bytes)
             } else {
                 let pieces = size.div_ceil((basement_size_bytes * 3 / 4).max(1)).max(2);
                 // Even pieces can overshoot by one entry: cut those again to the hard limit.
-                split_entries_even(b.entries, pieces)
+                even_ranges(&sizes, pieces)
                     .into_iter()
-                    .flat_map(|c| {
-                        if c.iter().map(entry_size).sum::<usize>() > basement_size_bytes {
-                            chunk_entries(c, basement_size_bytes)
+                    .flat_map(|r| {
+                        if sizes[r.clone()].iter().sum::<usize>() > basement_size_bytes {
+                            chunk_ranges(&sizes[r.clone()], basement_size_bytes)
+                                .into_iter()
+                                .map(|x| x.start + r.start..x.end + r.start)
+                                .collect()
                         } else {
-                            vec![c]
+                            vec![r]
                         }
                     })
                     .collect()
             };
-            for (j, chunk) in chunks.into_iter().enumerate() {
+            for (j, r) in ranges.into_iter().enumerate() {
                 if !basements.is_empty() {
                     let pivot = if j == 0 { first_pivot.clone() } else { None };
-                    pivots.push(pivot.unwrap_or_else(|| chunk[0].0.clone()));
+                    pivots.push(pivot.unwrap_or_else(|| b.key(r.start).to_vec()));
                 }
-                basements.push(Basement::from_entries(chunk, b_max));
+                basements.push(b.slice(r));
             }
         }
         if basements.is_empty() {
-            basements.push(Basement {
-                entries: Vec::new(),
-                max_msn,
-                data_bytes: 0,
-            });
+            basements.push(Basement::empty(max_msn));
             pivots.clear();
         }
         self.pivots = pivots;
@@ -299,7 +460,11 @@ impl Leaf {
 
     /// All entries, consuming the leaf.
     pub fn into_entries(self) -> Vec<(Vec<u8>, Vec<u8>)> {
-        self.basements.into_iter().flat_map(|b| b.entries).collect()
+        let mut out = Vec::with_capacity(self.entry_count());
+        for b in &self.basements {
+            out.extend(b.iter().map(|(k, v)| (k.to_vec(), v.to_vec())));
+        }
+        out
     }
 
     /// A leaf of `entries` (sorted) cut into basements of about `basement_size_bytes`.
@@ -314,11 +479,7 @@ impl Leaf {
             basements.push(Basement::from_entries(chunk, max_msn));
         }
         if basements.is_empty() {
-            basements.push(Basement {
-                entries: Vec::new(),
-                max_msn,
-                data_bytes: 0,
-            });
+            basements.push(Basement::empty(max_msn));
         }
         Leaf {
             pivots,
@@ -333,97 +494,179 @@ impl Leaf {
 /// Messages at or below the basement's `max_msn` are skipped (already applied).
 fn merge_into_basement(b: &mut Basement, msgs: impl Iterator<Item = (Vec<u8>, Msn, PointOp)>) {
     let floor = b.max_msn;
-    let old = std::mem::take(&mut b.entries);
     let mut msgs = msgs.peekable();
-    let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(old.len() + msgs.size_hint().0);
-    let mut it = old.into_iter();
+    let (lower, _) = msgs.size_hint();
+    let mut out = BasementBuilder::with_capacity(b.len() + lower, b.data_bytes() + b.data_bytes() / 8);
+    let mut next = 0usize;
     let mut top = floor;
-    let mut data_bytes = b.data_bytes;
     while let Some((key, msn, op)) = msgs.next() {
         // Binary search for the key among the remaining entries (messages are usually sparse
-        // against the basement), then move the entries before it over in one go.
-        let before = it
-            .as_slice()
-            .partition_point(|(ok, _)| ok.as_slice() < key.as_slice());
-        out.extend(it.by_ref().take(before));
-        let mut val = match it.as_slice().first() {
-            Some((ok, _)) if *ok == key => it.next().map(|(_, ov)| ov),
-            _ => None,
+        // against the basement), then copy the entries before it over in one go.
+        let pos = {
+            let (mut lo, mut hi) = (next, b.len());
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if b.key(mid) < key.as_slice() {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            lo
         };
-        let old_size = val.as_ref().map_or(0, |v| key.len() + v.len());
-        let mut fold = |val: Option<Vec<u8>>, msn: Msn, op: PointOp| {
+        for (k, v) in b.iter_range(next..pos) {
+            out.push(k, v);
+        }
+        next = pos;
+        let mut val: Option<Vec<u8>> = None;
+        let mut present = false;
+        if next < b.len() && b.key(next) == key.as_slice() {
+            present = true;
+            next += 1;
+        }
+        let mut fold = |val: Option<Vec<u8>>, present: &mut bool, msn: Msn, op: PointOp| {
             if msn > floor {
                 top = top.max(msn);
-                apply_point_owned(val, op)
+                // Materialize the stored value only when a message needs it.
+                let cur = if *present {
+                    Some(b.value(next - 1).to_vec())
+                } else {
+                    val
+                };
+                *present = false;
+                apply_point_owned(cur, op)
             } else {
                 val
             }
         };
-        val = fold(val, msn, op);
+        val = fold(val, &mut present, msn, op);
         while let Some((_, msn, op)) = msgs.next_if(|m| m.0 == key) {
-            val = fold(val, msn, op);
+            val = fold(val, &mut present, msn, op);
         }
-        let new_size = val.as_ref().map_or(0, |v| key.len() + v.len());
-        data_bytes = (data_bytes + new_size).saturating_sub(old_size);
-        if let Some(v) = val {
-            out.push((key, v));
+        if present {
+            // Every message was at or below the floor: the stored entry stays as it is.
+            out.push(&key, b.value(next - 1));
+        } else if let Some(v) = val {
+            out.push(&key, &v);
         }
     }
-    out.extend(it);
-    debug_assert_eq!(
-        data_bytes,
-        out.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
-    );
-    b.data_bytes = data_bytes;
-    b.entries = out;
-    b.max_msn = top;
+    for (k, v) in b.iter_range(next..b.len()) {
+        out.push(k, v);
+    }
+    *b = out.finish(top);
+}
+
+/// Applies one message to the entries of `b` within `[lo, hi)`, returning the new basement with
+/// the message's MSN as its applied MSN.
+fn apply_to_basement(b: &Basement, msg: &Msg, lo: Option<&[u8]>, hi: Option<&[u8]>) -> Basement {
+    let inside = |k: &[u8]| lo.is_none_or(|l| k >= l) && hi.is_none_or(|h| k < h);
+    let mut out = BasementBuilder::with_capacity(b.len() + 1, b.data_bytes() + 64);
+    match msg {
+        Msg::Point { key, op, .. } => {
+            let pos = b.lower_bound(key);
+            for (k, v) in b.iter_range(0..pos) {
+                out.push(k, v);
+            }
+            let found = pos < b.len() && b.key(pos) == key.as_slice();
+            if inside(key) {
+                let old = found.then(|| b.value(pos).to_vec());
+                if let Some(v) = apply_point(old, op) {
+                    out.push(key, &v);
+                }
+            } else if found {
+                out.push(key, b.value(pos));
+            }
+            let rest = if found { pos + 1 } else { pos };
+            for (k, v) in b.iter_range(rest..b.len()) {
+                out.push(k, v);
+            }
+        }
+        Msg::Range(r) => {
+            for (k, v) in b.iter() {
+                if !(inside(k) && r.covers(k)) {
+                    out.push(k, v);
+                } else if let Some(nv) = apply_range(v, &r.op) {
+                    out.push(k, &nv);
+                }
+            }
+        }
+    }
+    out.finish(msg.msn().max(b.max_msn))
 }
 
 fn entry_size(e: &(Vec<u8>, Vec<u8>)) -> usize {
     e.0.len() + e.1.len() + ENTRY_OVERHEAD_BYTES
 }
 
-/// Cuts sorted entries into non-empty chunks of at most about `target_bytes` each.
-pub fn chunk_entries(entries: Vec<(Vec<u8>, Vec<u8>)>, target_bytes: usize) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
+/// Cuts entries with counted sizes `sizes` into consecutive index ranges of at most
+/// `target_bytes` each (a single larger entry gets a range of its own).
+pub fn chunk_ranges(sizes: &[usize], target_bytes: usize) -> Vec<std::ops::Range<usize>> {
     let mut out = Vec::new();
-    let mut cur = Vec::new();
+    let mut start = 0;
     let mut cur_bytes = 0;
-    for e in entries {
-        let s = entry_size(&e);
-        if !cur.is_empty() && cur_bytes + s > target_bytes {
-            out.push(std::mem::take(&mut cur));
+    for (i, &s) in sizes.iter().enumerate() {
+        if i > start && cur_bytes + s > target_bytes {
+            out.push(start..i);
+            start = i;
             cur_bytes = 0;
         }
         cur_bytes += s;
-        cur.push(e);
     }
-    if !cur.is_empty() {
-        out.push(cur);
+    if start < sizes.len() {
+        out.push(start..sizes.len());
     }
     out
 }
 
-/// Cuts sorted entries into `pieces` chunks of about equal bytes (each non-empty when possible).
-pub fn split_entries_even(entries: Vec<(Vec<u8>, Vec<u8>)>, pieces: usize) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
-    let total: usize = entries.iter().map(entry_size).sum();
+/// Cuts entries with counted sizes `sizes` into at most `pieces` consecutive, non-empty index
+/// ranges of about equal bytes.
+pub fn even_ranges(sizes: &[usize], pieces: usize) -> Vec<std::ops::Range<usize>> {
+    let total: usize = sizes.iter().sum();
     let target = total.div_ceil(pieces.max(1)).max(1);
-    let n = entries.len();
-    let mut out: Vec<Vec<(Vec<u8>, Vec<u8>)>> = Vec::new();
-    let mut cur = Vec::new();
+    let n = sizes.len();
+    let mut out = Vec::new();
+    let mut start = 0;
     let mut cur_bytes = 0;
-    for (i, e) in entries.into_iter().enumerate() {
-        cur_bytes += entry_size(&e);
-        cur.push(e);
+    for (i, &s) in sizes.iter().enumerate() {
+        cur_bytes += s;
         let remaining = n - i - 1;
         if cur_bytes >= target && remaining > 0 && out.len() + 1 < pieces {
-            out.push(std::mem::take(&mut cur));
+            out.push(start..i + 1);
+            start = i + 1;
             cur_bytes = 0;
         }
     }
-    if !cur.is_empty() {
-        out.push(cur);
+    if start < n {
+        out.push(start..n);
     }
     out
+}
+
+/// Moves `entries` into consecutive chunks along `ranges` (from [`chunk_ranges`] or
+/// [`even_ranges`]).
+fn cut_entries(
+    entries: Vec<(Vec<u8>, Vec<u8>)>,
+    ranges: Vec<std::ops::Range<usize>>,
+) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut it = entries.into_iter();
+    ranges
+        .into_iter()
+        .map(|r| it.by_ref().take(r.len()).collect())
+        .collect()
+}
+
+/// Cuts sorted entries into chunks of at most `target_bytes` (counted sizes).
+pub fn chunk_entries(entries: Vec<(Vec<u8>, Vec<u8>)>, target_bytes: usize) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
+    let sizes: Vec<usize> = entries.iter().map(entry_size).collect();
+    let ranges = chunk_ranges(&sizes, target_bytes);
+    cut_entries(entries, ranges)
+}
+
+/// Cuts sorted entries into at most `pieces` chunks of about equal bytes.
+pub fn split_entries_even(entries: Vec<(Vec<u8>, Vec<u8>)>, pieces: usize) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
+    let sizes: Vec<usize> = entries.iter().map(entry_size).collect();
+    let ranges = even_ranges(&sizes, pieces);
+    cut_entries(entries, ranges)
 }
 
 /// An internal node: `children.len() - 1` pivots, one buffer per child.
@@ -576,6 +819,8 @@ mod tests {
             msgs in prop::collection::vec(msg_strategy(), 0..60),
             basement_size_bytes in 64usize..400,
         ) {
+            // The model: a BTreeMap with every message above the floor applied in MSN order.
+            let mut model = initial.clone();
             let entries: Vec<(Vec<u8>, Vec<u8>)> = initial.into_iter().collect();
             let leaf = Leaf::from_entries(entries, floor, basement_size_bytes);
             let msgs: Vec<Msg> = msgs.into_iter().enumerate().map(|(i, m)| make(i as Msn + 1, m)).collect();
@@ -583,23 +828,42 @@ mod tests {
             for m in &msgs {
                 one.apply(m);
             }
+            let msgs_for_model = msgs.clone();
             let mut batch = leaf;
             batch.apply_batch(msgs);
             prop_assert_eq!(batch.basements.len(), one.basements.len());
             for (a, b) in batch.basements.iter().zip(&one.basements) {
-                prop_assert_eq!(&a.entries, &b.entries);
+                prop_assert_eq!(a.to_entries(), b.to_entries());
                 prop_assert_eq!(a.max_msn, b.max_msn);
                 prop_assert_eq!(a.data_bytes, b.data_bytes);
             }
             let want = one.clone().into_entries();
+            for m in msgs_for_model.iter().filter(|m| m.msn() > floor) {
+                match m {
+                    Msg::Point { key, op, .. } => match apply_point(model.get(key).cloned(), op) {
+                        Some(v) => { model.insert(key.clone(), v); }
+                        None => { model.remove(key); }
+                    },
+                    Msg::Range(r) => {
+                        let keys: Vec<Vec<u8>> = model.keys().filter(|k| r.covers(k)).cloned().collect();
+                        for k in keys {
+                            match model.get(&k).and_then(|v| apply_range(v, &r.op)) {
+                                Some(v) => { model.insert(k, v); }
+                                None => { model.remove(&k); }
+                            }
+                        }
+                    }
+                }
+            }
+            prop_assert_eq!(&want, &model.into_iter().collect::<Vec<_>>());
             batch.normalize(basement_size_bytes);
             for b in &batch.basements {
-                prop_assert!(b.size_bytes() <= basement_size_bytes || b.entries.len() == 1);
+                prop_assert!(b.size_bytes() <= basement_size_bytes || b.len() == 1);
             }
             prop_assert_eq!(batch.basements.len(), batch.pivots.len() + 1);
             for (i, b) in batch.basements.iter().enumerate() {
                 let (lo, hi) = child_bounds(&batch.pivots, i, None, None);
-                prop_assert!(b.entries.iter().all(|(k, _)| lo.is_none_or(|l| k.as_slice() >= l) && hi.is_none_or(|h| k.as_slice() < h)));
+                prop_assert!(b.iter().all(|(k, _)| lo.is_none_or(|l| k >= l) && hi.is_none_or(|h| k < h)));
             }
             prop_assert_eq!(batch.into_entries(), want);
         }

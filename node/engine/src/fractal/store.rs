@@ -427,7 +427,7 @@ impl Store {
             return None;
         }
         let b = p.basements.get(&child_index(&p.pivots, key))?;
-        Some((b.get(key).cloned(), b.max_msn))
+        Some((b.get(key).map(<[u8]>::to_vec), b.max_msn))
     }
 
     fn read_span(&self, id: NodeId, loc: &BlockLoc, off: u64, len: u64) -> Result<Vec<u8>> {
@@ -524,7 +524,7 @@ impl Store {
         };
         let raw = self.read_partition(id, &loc, &entry, compressed)?;
         let b = decode_basement_partition(&raw, &location)?;
-        let result = (b.get(key).cloned(), b.max_msn);
+        let result = (b.get(key).map(<[u8]>::to_vec), b.max_msn);
         let size = b.size_bytes();
         if let Some(p) = self.partial.get_mut(&id) {
             p.bytes += size;

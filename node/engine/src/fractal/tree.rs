@@ -4,9 +4,9 @@
 
 use std::collections::HashSet;
 
-use super::msg::{apply_point, apply_range, apply_to_entries, key_hash, Buffer, Msg, Msn};
+use super::msg::{apply_point, apply_range, key_hash, Buffer, Msg, Msn, PointOp, RangeMsg};
 use super::node::{
-    child_bounds, child_index, chunk_entries, split_entries_even, Internal, Leaf, Node, NodeId,
+    child_bounds, child_index, chunk_entries, split_entries_even, Basement, Internal, Leaf, Node, NodeId,
 };
 use super::store::Store;
 use crate::{EngineError, IntegrityReport, KeyValue, Result};
@@ -517,7 +517,12 @@ fn get_from(src: &mut impl Fetch, root: NodeId, key: &[u8]) -> Result<Option<Opt
                 let Some(b) = l.basements.get(bi) else {
                     return Err(corrupt(format!("node {id}"), "basement count mismatch"));
                 };
-                return Ok(Some(finish_point_read(b.get(key).cloned(), b.max_msn, key, msgs)));
+                return Ok(Some(finish_point_read(
+                    b.get(key).map(<[u8]>::to_vec),
+                    b.max_msn,
+                    key,
+                    msgs,
+                )));
             }
         };
         if height == 1 {
@@ -539,6 +544,106 @@ fn finish_point_read(mut v: Option<Vec<u8>>, floor: Msn, key: &[u8], mut msgs: V
         v = apply_msg_to_value(v, key, m);
     }
     v
+}
+
+/// Ancestor messages collected for one scan pass, ready to merge with basement entries in key
+/// order: point messages sorted by (key, MSN), range messages in MSN order.
+struct PendingForRange {
+    points: Vec<(Vec<u8>, Msn, PointOp)>,
+    ranges: Vec<RangeMsg>,
+}
+
+impl PendingForRange {
+    fn new(msgs: Vec<Msg>) -> Self {
+        let mut points = Vec::new();
+        let mut ranges = Vec::new();
+        for m in msgs {
+            match m {
+                Msg::Point { msn, key, op } => points.push((key, msn, op)),
+                Msg::Range(r) => ranges.push(r),
+            }
+        }
+        points.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+        ranges.sort_by_key(|r| r.msn);
+        PendingForRange { points, ranges }
+    }
+
+    /// Streams the rows of basement `b` in `[lo, hi)` with the pending messages newer than the
+    /// basement's applied MSN folded in (in MSN order), appending to `out` until it holds
+    /// `limit` rows; true when the limit was reached. Nothing is copied but the rows returned.
+    fn merge_basement(
+        &self,
+        b: &Basement,
+        lo: &[u8],
+        hi: Option<&[u8]>,
+        limit: usize,
+        out: &mut Vec<KeyValue>,
+    ) -> bool {
+        let floor = b.max_msn;
+        let below_hi = |k: &[u8]| hi.is_none_or(|h| k < h);
+        let s = b.lower_bound(lo);
+        let mut entries = b
+            .iter_range(s..b.len())
+            .take_while(|(k, _)| below_hi(k))
+            .peekable();
+        let p0 = self.points.partition_point(|(k, _, _)| k.as_slice() < lo);
+        let mut points = self.points[p0..]
+            .iter()
+            .take_while(|(k, _, _)| below_hi(k))
+            .peekable();
+        let ranges: Vec<&RangeMsg> = self
+            .ranges
+            .iter()
+            .filter(|r| r.msn > floor && r.overlaps(Some(lo), hi))
+            .collect();
+        loop {
+            // The next key in order: from the entries, the messages, or both.
+            let key: &[u8] = match (entries.peek(), points.peek()) {
+                (None, None) => return false,
+                (Some((ek, _)), None) => ek,
+                (None, Some((pk, _, _))) => pk,
+                (Some((ek, _)), Some((pk, _, _))) => (*ek).min(pk.as_slice()),
+            };
+            let stored = entries.next_if(|(ek, _)| *ek == key).map(|(_, v)| v);
+            let mut mine: Vec<(Msn, &PointOp)> = Vec::new();
+            while let Some((_, msn, op)) = points.next_if(|(pk, _, _)| pk.as_slice() == key) {
+                if *msn > floor {
+                    mine.push((*msn, op));
+                }
+            }
+            let covering = ranges.iter().filter(|r| r.covers(key));
+            let value: Option<Vec<u8>> = if mine.is_empty() && ranges.is_empty() {
+                stored.map(<[u8]>::to_vec)
+            } else {
+                // Fold point and range messages in MSN order (both lists are MSN-sorted).
+                let mut v = stored.map(<[u8]>::to_vec);
+                let mut rs = covering.peekable();
+                let mut ps = mine.into_iter().peekable();
+                loop {
+                    let take_range = match (ps.peek(), rs.peek()) {
+                        (None, None) => break,
+                        (Some(_), None) => false,
+                        (None, Some(_)) => true,
+                        (Some((pm, _)), Some(r)) => r.msn < *pm,
+                    };
+                    if take_range {
+                        if let Some(r) = rs.next() {
+                            v = v.and_then(|x| apply_range(&x, &r.op));
+                        }
+                    } else if let Some((_, op)) = ps.next() {
+                        v = apply_point(v, op);
+                    }
+                }
+                v
+            };
+            if let Some(v) = value {
+                out.push((key.to_vec(), v));
+                if out.len() >= limit {
+                    return true;
+                }
+            }
+        }
+    }
 }
 
 /// Range read over `src`; `Ok(None)` when `src` missed a node.
@@ -585,8 +690,8 @@ fn scan_from(
                 }
                 id = c;
             }
-            msgs.sort_by_key(Msg::msn);
             let qhi = min_bound(hi.as_deref(), end).map(<[u8]>::to_vec);
+            let pending = PendingForRange::new(msgs);
             let Some(node) = src.fetch(id)? else {
                 return Ok(None);
             };
@@ -605,17 +710,7 @@ fn scan_from(
                     break;
                 }
                 let Some(b) = leaf.basements.get(bi) else { break };
-                let s = b.entries.partition_point(|(k, _)| k.as_slice() < lo);
-                let e = h.map_or(b.entries.len(), |h| {
-                    b.entries.partition_point(|(k, _)| k.as_slice() < h)
-                });
-                let mut entries = b.entries.get(s..e.max(s)).map(<[_]>::to_vec).unwrap_or_default();
-                for m in msgs.iter().filter(|m| m.msn() > b.max_msn) {
-                    apply_to_entries(&mut entries, m, Some(lo), h);
-                }
-                out.extend(entries);
-                if out.len() >= limit {
-                    out.truncate(limit);
+                if pending.merge_basement(b, lo, h, limit, &mut out) {
                     return Ok(Some(out));
                 }
             }
@@ -833,23 +928,23 @@ impl Tree {
                 check_pivots(&l.pivots, l.basements.len()).map_err(&bad)?;
                 for (bi, b) in l.basements.iter().enumerate() {
                     let (blo, bhi) = child_bounds(&l.pivots, bi, lo.as_deref(), hi.as_deref());
-                    for w in b.entries.windows(2) {
-                        if w[0].0 >= w[1].0 {
+                    for j in 1..b.len() {
+                        if b.key(j - 1) >= b.key(j) {
                             return Err(bad(format!("basement {bi}: keys not strictly increasing")));
                         }
                     }
-                    for (k, _) in &b.entries {
-                        if blo.is_some_and(|x| k.as_slice() < x) || bhi.is_some_and(|x| k.as_slice() >= x) {
+                    for (k, _) in b.iter() {
+                        if blo.is_some_and(|x| k < x) || bhi.is_some_and(|x| k >= x) {
                             return Err(bad(format!(
                                 "basement {bi}: key {k:?} outside [{blo:?}, {bhi:?})"
                             )));
                         }
                     }
-                    let data: usize = b.entries.iter().map(|(k, v)| k.len() + v.len()).sum();
-                    if data != b.data_bytes {
+                    let data = b.recompute_data_bytes();
+                    if data != b.data_bytes() {
                         return Err(bad(format!(
                             "basement {bi}: size {} != recomputed {data}",
-                            b.data_bytes
+                            b.data_bytes()
                         )));
                     }
                     if b.max_msn >= next_msn {
