@@ -2,13 +2,14 @@
 //! `node/engine/FORMAT.md`). Every integer is fixed-width little-endian; every record carries a
 //! magic, a format version and a crc32c.
 
+use super::filter::KeyFilter;
 use super::msg::{Buffer, Msg, MsgRef, Msn, PointOp, RangeMsg, RangeOp};
 use super::node::{Basement, BasementBuilder, Internal, Leaf, Node, NodeId};
 use crate::ops::UpsertOp;
 use crate::{EngineError, Result};
 
 /// Format version written and read by this build.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Bytes of each of the two header slots (at offsets 0 and `HEADER_SLOT_BYTES`).
 pub const HEADER_SLOT_BYTES: u64 = 4096;
 /// First byte of the block area.
@@ -506,6 +507,12 @@ pub fn encode_node(id: NodeId, node: &Node, level: Option<i32>) -> Result<Vec<u8
             for c in &n.children {
                 info.u64(*c);
             }
+            // Format 2: per child, whether its buffer holds range messages and a key filter
+            // over its point messages, so a point read can skip the buffer partition.
+            for b in &n.buffers {
+                info.u8(u8::from(!b.range_msgs().is_empty()));
+                KeyFilter::build(b.point_hashes().into_iter()).encode(&mut info.0);
+            }
             parts.extend(n.buffers.iter().map(encode_buffer));
             (1u8, n.height)
         }
@@ -650,6 +657,8 @@ fn decode_node_inner(buf: &[u8], expect_id: NodeId) -> Result<Node, NodeErr> {
             for _ in 0..n {
                 children.push(ir.u64()?);
             }
+            // The key filters (format 2) are rebuilt in memory from the buffers; only checked.
+            read_child_filters(&mut ir, n)?;
             ir.done()?;
             let buffers = parts
                 .map(|p| decode_buffer(&p))
@@ -675,6 +684,85 @@ fn decode_node_inner(buf: &[u8], expect_id: NodeId) -> Result<Node, NodeErr> {
         }
         k => Err(format!("unknown node kind {k}").into()),
     }
+}
+
+/// Reads the per-child filter section of an internal node's partition 0 (format 2; absent in
+/// format 1 nodes, whose children then get [`KeyFilter::everything`]).
+fn read_child_filters(r: &mut R<'_>, children: usize) -> Result<Vec<ChildFilter>, Detail> {
+    if r.pos == r.buf.len() {
+        return Ok(vec![
+            ChildFilter {
+                has_ranges: true,
+                keys: KeyFilter::everything(),
+            };
+            children
+        ]);
+    }
+    let mut out = Vec::with_capacity(children);
+    for _ in 0..children {
+        let has_ranges = match r.u8()? {
+            0 => false,
+            1 => true,
+            t => return Err(format!("bad range flag {t}")),
+        };
+        let rest = r.buf.get(r.pos..).unwrap_or_default();
+        let (keys, used) = KeyFilter::decode(rest)?;
+        r.take(used)?;
+        out.push(ChildFilter { has_ranges, keys });
+    }
+    Ok(out)
+}
+
+/// What partition 0 of an internal node says about one child's buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildFilter {
+    /// The buffer holds range messages (it must be read for any key).
+    pub has_ranges: bool,
+    /// Filter over the keys of its point messages.
+    pub keys: KeyFilter,
+}
+
+/// Partition 0 of an internal node: pivots, children and per-child filters.
+#[derive(Debug, Clone)]
+pub struct InternalInfo {
+    /// `children.len() - 1` pivots.
+    pub pivots: Vec<Vec<u8>>,
+    /// Child node ids.
+    pub children: Vec<NodeId>,
+    /// One per child.
+    pub filters: Vec<ChildFilter>,
+}
+
+/// Decodes partition 0 of an internal node with `buffers` buffer partitions.
+pub fn decode_internal_info(raw: &[u8], buffers: usize, location: &str) -> Result<InternalInfo> {
+    let mut r = R::new(raw);
+    let res = (|| -> Result<InternalInfo, Detail> {
+        let n = r.u32()? as usize;
+        if n == 0 || n != buffers {
+            return Err(format!("{n} children but {buffers} buffer partitions"));
+        }
+        let mut pivots = Vec::with_capacity(n - 1);
+        for _ in 1..n {
+            pivots.push(r.bytes()?);
+        }
+        let mut children = Vec::with_capacity(n);
+        for _ in 0..n {
+            children.push(r.u64()?);
+        }
+        let filters = read_child_filters(&mut r, n)?;
+        r.done()?;
+        Ok(InternalInfo {
+            pivots,
+            children,
+            filters,
+        })
+    })();
+    res.map_err(|d| corruption(location, d))
+}
+
+/// One buffer partition of an internal node.
+pub fn decode_buffer_partition(raw: &[u8], location: &str) -> Result<Buffer> {
+    decode_buffer(raw).map_err(|d| corruption(location, d))
 }
 
 // ------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@
 //! under the exclusive lock, loading nodes and evicting. Writes take the exclusive lock.
 
 pub mod codec;
+pub mod filter;
 pub mod msg;
 pub mod node;
 pub mod store;
@@ -103,6 +104,11 @@ impl FractalEngine {
     /// Tree shape in use.
     pub fn params(&self) -> TreeParams {
         self.inner.read().tree.params
+    }
+
+    /// Partial (one-partition) reads by point lookups since open.
+    pub fn partial_read_stats(&self) -> store::PartialReadStats {
+        self.inner.read().tree.store.partial_stats()
     }
 
     /// Bytes of nodes currently cached.

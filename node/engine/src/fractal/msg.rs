@@ -650,6 +650,11 @@ impl Buffer {
         Ok(())
     }
 
+    /// Key hashes of the live point messages (for the stored key filter).
+    pub fn point_hashes(&self) -> Vec<u64> {
+        self.live_slots().map(|s| s.hash).collect()
+    }
+
     /// Range messages held, in MSN order.
     pub fn range_msgs(&self) -> &[RangeMsg] {
         &self.ranges

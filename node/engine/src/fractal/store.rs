@@ -18,11 +18,12 @@ use std::sync::Arc;
 use ftkv_vfs::VfsFile;
 
 use super::codec::{
-    align_up, decode_basement_partition, decode_leaf_pivots, decode_node, decode_node_index,
-    decode_partition, encode_btt, encode_header, encode_node, node_header_len, BlockLoc, BttImage, Header,
-    NodeIndex, PartEntry, DATA_START, HEADER_SLOT_BYTES, NODE_FIXED_HEADER_BYTES,
+    align_up, decode_basement_partition, decode_buffer_partition, decode_internal_info, decode_leaf_pivots,
+    decode_node, decode_node_index, decode_partition, encode_btt, encode_header, encode_node,
+    node_header_len, BlockLoc, BttImage, Header, InternalInfo, NodeIndex, PartEntry, DATA_START,
+    HEADER_SLOT_BYTES, NODE_FIXED_HEADER_BYTES,
 };
-use super::msg::Msn;
+use super::msg::{Buffer, Msg, Msn};
 use super::node::{child_index, Basement, Node, NodeId};
 use crate::{EngineError, Result};
 
@@ -44,6 +45,17 @@ struct PartialLeaf {
     index: NodeIndex,
     pivots: Vec<Vec<u8>>,
     basements: HashMap<usize, Basement>,
+    bytes: usize,
+}
+
+/// Pieces of an internal node read without the rest of it: partition 0 (pivots, children,
+/// per-child key filters) and the buffers point reads needed, valid while the BTT still points
+/// at `loc`.
+struct PartialInternal {
+    loc: BlockLoc,
+    index: NodeIndex,
+    info: InternalInfo,
+    buffers: HashMap<usize, Buffer>,
     bytes: usize,
 }
 
@@ -76,9 +88,24 @@ pub struct Store {
     budget_bytes: usize,
     /// Basements of uncached leaves read for point lookups (at most a quarter of the budget).
     partial: HashMap<NodeId, PartialLeaf>,
+    /// Internal nodes read partially for point lookups (same quarter of the budget).
+    partial_internal: HashMap<NodeId, PartialInternal>,
     partial_bytes: usize,
     /// Bytes of dirty cached nodes (written ahead of checkpoints to keep them short).
     dirty_bytes: usize,
+    /// Partial reads done so far (see [`PartialReadStats`]).
+    partial_stats: PartialReadStats,
+}
+
+/// Counters of partial (one-partition) reads by point lookups.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PartialReadStats {
+    /// Basements read from leaves that were not cached.
+    pub basements: u64,
+    /// Partition 0 (pivots, children, key filters) of internal nodes that were not cached.
+    pub internal_infos: u64,
+    /// Buffers of uncached internal nodes read because the key filter let the key through.
+    pub internal_buffers: u64,
 }
 
 fn bump(clock: &AtomicU8) {
@@ -123,8 +150,10 @@ impl Store {
             cached_bytes: 0,
             budget_bytes,
             partial: HashMap::new(),
+            partial_internal: HashMap::new(),
             partial_bytes: 0,
             dirty_bytes: 0,
+            partial_stats: PartialReadStats::default(),
         };
         if let Some((img, loc)) = image {
             s.counter = img.counter;
@@ -210,6 +239,11 @@ impl Store {
     /// Bytes of cached nodes.
     pub fn cached_bytes(&self) -> usize {
         self.cached_bytes
+    }
+
+    /// Partial reads done since open.
+    pub fn partial_stats(&self) -> PartialReadStats {
+        self.partial_stats
     }
 
     /// Cache budget in bytes.
@@ -475,10 +509,7 @@ impl Store {
             if let Some(old) = self.partial.remove(&id) {
                 self.partial_bytes -= old.bytes;
             }
-            let fixed = self.read_span(id, &loc, 0, NODE_FIXED_HEADER_BYTES as u64)?;
-            let header_len = node_header_len(&fixed, &location)?;
-            let header = self.read_span(id, &loc, 0, header_len as u64)?;
-            let index = decode_node_index(&header, id, &location)?;
+            let index = self.read_index(id, &loc)?;
             if index.height != 0 || index.parts.len() < 2 {
                 return Err(EngineError::Corruption {
                     location,
@@ -524,6 +555,7 @@ impl Store {
         };
         let raw = self.read_partition(id, &loc, &entry, compressed)?;
         let b = decode_basement_partition(&raw, &location)?;
+        self.partial_stats.basements += 1;
         let result = (b.get(key).map(<[u8]>::to_vec), b.max_msn);
         let size = b.size_bytes();
         if let Some(p) = self.partial.get_mut(&id) {
@@ -535,14 +567,140 @@ impl Store {
         Ok(result)
     }
 
+    /// For a point read of `key` (hash `hash`) through internal node `id` without loading it
+    /// whole: appends the messages for the key from the one buffer on its path (skipped when the
+    /// stored key filter rules the key out) and returns the child to descend into. Reads the
+    /// header, partition 0 and at most that one buffer partition, each verified by its crc32c.
+    pub fn read_partial_internal(
+        &mut self,
+        id: NodeId,
+        key: &[u8],
+        hash: u64,
+        out: &mut Vec<Msg>,
+    ) -> Result<NodeId> {
+        if let Some(c) = self.partial_internal_probe(id, key, hash, out) {
+            return Ok(c);
+        }
+        let loc = *self.btt.get(&id).ok_or_else(|| EngineError::Corruption {
+            location: format!("{} BTT", self.path.display()),
+            detail: format!("node {id} is referenced but has no block"),
+        })?;
+        let location = self.location(id, &loc);
+        if self.partial_internal.get(&id).is_none_or(|p| p.loc != loc) {
+            if let Some(old) = self.partial_internal.remove(&id) {
+                self.partial_bytes -= old.bytes;
+            }
+            let index = self.read_index(id, &loc)?;
+            if index.height == 0 || index.parts.len() < 2 {
+                return Err(EngineError::Corruption {
+                    location,
+                    detail: "expected an internal node".into(),
+                });
+            }
+            let p0 = index.parts[0];
+            let raw = self.read_partition(id, &loc, &p0, index.compressed)?;
+            let info = decode_internal_info(&raw, index.parts.len() - 1, &location)?;
+            self.partial_stats.internal_infos += 1;
+            let bytes = raw.len() + index.parts.len() * 16 + 64;
+            self.partial_bytes += bytes;
+            self.partial_internal.insert(
+                id,
+                PartialInternal {
+                    loc,
+                    index,
+                    info,
+                    buffers: HashMap::new(),
+                    bytes,
+                },
+            );
+        }
+        if let Some(c) = self.partial_internal_probe(id, key, hash, out) {
+            return Ok(c);
+        }
+        // The filter says the key may be in the buffer, and it has not been read yet.
+        let (i, entry, compressed) = match self.partial_internal.get(&id) {
+            Some(p) => {
+                let i = child_index(&p.info.pivots, key);
+                let entry = p
+                    .index
+                    .parts
+                    .get(i + 1)
+                    .copied()
+                    .ok_or_else(|| EngineError::Corruption {
+                        location: location.clone(),
+                        detail: format!("no partition for buffer {i}"),
+                    })?;
+                (i, entry, p.index.compressed)
+            }
+            None => {
+                return Err(EngineError::Corruption {
+                    location,
+                    detail: "partial node vanished".into(),
+                })
+            }
+        };
+        let raw = self.read_partition(id, &loc, &entry, compressed)?;
+        let buffer = decode_buffer_partition(&raw, &location)?;
+        self.partial_stats.internal_buffers += 1;
+        let size = buffer.bytes() + 64;
+        if let Some(p) = self.partial_internal.get_mut(&id) {
+            p.bytes += size;
+            p.buffers.insert(i, buffer);
+            self.partial_bytes += size;
+        }
+        let child = self.partial_internal_probe(id, key, hash, out);
+        self.trim_partial(id);
+        child.ok_or_else(|| EngineError::Corruption {
+            location,
+            detail: "partial node lost its buffer".into(),
+        })
+    }
+
+    /// [`Store::read_partial_internal`] from pieces already read; `None` when a piece is missing.
+    pub fn partial_internal_probe(
+        &self,
+        id: NodeId,
+        key: &[u8],
+        hash: u64,
+        out: &mut Vec<Msg>,
+    ) -> Option<NodeId> {
+        let p = self.partial_internal.get(&id)?;
+        if self.btt.get(&id) != Some(&p.loc) {
+            return None;
+        }
+        let i = child_index(&p.info.pivots, key);
+        let child = *p.info.children.get(i)?;
+        let f = p.info.filters.get(i)?;
+        if f.has_ranges || f.keys.may_contain(hash) {
+            p.buffers.get(&i)?.collect_for_key(key, hash, out);
+        }
+        Some(child)
+    }
+
+    /// Reads and decodes the header (partition table) of node `id`'s block at `loc`.
+    fn read_index(&self, id: NodeId, loc: &BlockLoc) -> Result<NodeIndex> {
+        let location = self.location(id, loc);
+        let fixed = self.read_span(id, loc, 0, NODE_FIXED_HEADER_BYTES as u64)?;
+        let header_len = node_header_len(&fixed, &location)?;
+        let header = self.read_span(id, loc, 0, header_len as u64)?;
+        decode_node_index(&header, id, &location)
+    }
+
     /// Keeps the partial-read side cache under a quarter of the budget.
     fn trim_partial(&mut self, keep: NodeId) {
         let cap = self.budget_bytes / 4;
         while self.partial_bytes > cap {
-            let Some(victim) = self.partial.keys().copied().find(|k| *k != keep) else {
+            // Leaf pieces go first (one basement per lookup); internal pieces serve many.
+            if let Some(victim) = self.partial.keys().copied().find(|k| *k != keep) {
+                if let Some(p) = self.partial.remove(&victim) {
+                    self.partial_bytes -= p.bytes;
+                }
+                continue;
+            }
+            let Some(victim) = self.partial_internal.keys().copied().find(|k| *k != keep) else {
                 break;
             };
-            if let Some(p) = self.partial.remove(&victim) {
+            if let Some(p) = self.partial_internal.remove(&victim) {
                 self.partial_bytes -= p.bytes;
             }
         }
@@ -606,6 +764,9 @@ impl Store {
         if let Some(p) = self.partial.remove(&id) {
             self.partial_bytes -= p.bytes;
         }
+        if let Some(p) = self.partial_internal.remove(&id) {
+            self.partial_bytes -= p.bytes;
+        }
         self.remove_entry(id);
         if let Some(loc) = self.btt.remove(&id) {
             self.release(loc);
@@ -616,6 +777,7 @@ impl Store {
     /// the whole tree.
     pub fn forget_all(&mut self) {
         self.partial.clear();
+        self.partial_internal.clear();
         self.partial_bytes = 0;
         self.cache.clear();
         self.ring.clear();

@@ -99,6 +99,25 @@ trait Fetch {
     /// For a point read reaching leaf `id`: its value and basement MSN from a partial read when
     /// the leaf is not cached whole.
     fn probe_leaf(&mut self, id: NodeId, key: &[u8]) -> Result<LeafProbe>;
+    /// For a point read passing internal node `id`: when it is not cached whole, appends the
+    /// key's messages from its buffer on the path (read partially) and names the child.
+    fn probe_internal(
+        &mut self,
+        id: NodeId,
+        key: &[u8],
+        hash: u64,
+        msgs: &mut Vec<Msg>,
+    ) -> Result<InternalProbe>;
+}
+
+/// Outcome of [`Fetch::probe_internal`].
+enum InternalProbe {
+    /// Descend into this child (the node's messages for the key were collected).
+    Child(NodeId),
+    /// The node is cached: read it as a node.
+    UseNode,
+    /// Not available without I/O.
+    Miss,
 }
 
 /// Outcome of [`Fetch::probe_leaf`].
@@ -128,6 +147,20 @@ impl Fetch for Loading<'_> {
         let (v, floor) = self.0.read_partial_value(id, key)?;
         Ok(LeafProbe::Value(v, floor))
     }
+    fn probe_internal(
+        &mut self,
+        id: NodeId,
+        key: &[u8],
+        hash: u64,
+        msgs: &mut Vec<Msg>,
+    ) -> Result<InternalProbe> {
+        if self.0.is_cached(id) {
+            return Ok(InternalProbe::UseNode);
+        }
+        self.0
+            .read_partial_internal(id, key, hash, msgs)
+            .map(InternalProbe::Child)
+    }
 }
 
 impl Fetch for CachedOnly<'_> {
@@ -144,6 +177,25 @@ impl Fetch for CachedOnly<'_> {
         Ok(match self.0.partial_value(id, key) {
             Some((v, floor)) => LeafProbe::Value(v, floor),
             None => LeafProbe::Miss,
+        })
+    }
+    fn probe_internal(
+        &mut self,
+        id: NodeId,
+        key: &[u8],
+        hash: u64,
+        msgs: &mut Vec<Msg>,
+    ) -> Result<InternalProbe> {
+        if self.0.is_cached(id) {
+            return Ok(InternalProbe::UseNode);
+        }
+        let before = msgs.len();
+        Ok(match self.0.partial_internal_probe(id, key, hash, msgs) {
+            Some(c) => InternalProbe::Child(c),
+            None => {
+                msgs.truncate(before);
+                InternalProbe::Miss
+            }
         })
     }
 }
@@ -499,18 +551,43 @@ fn get_from(src: &mut impl Fetch, root: NodeId, key: &[u8]) -> Result<Option<Opt
     let mut msgs = Vec::new();
     let mut id = root;
     let hash = key_hash(key);
+    // Height of `id` once known from its parent (the root is always cached).
+    let mut height: Option<u32> = None;
     loop {
+        match height {
+            // An uncached leaf is read one basement at a time.
+            Some(0) => match src.probe_leaf(id, key)? {
+                LeafProbe::Value(v, floor) => return Ok(Some(finish_point_read(v, floor, key, msgs))),
+                LeafProbe::Miss => return Ok(None),
+                LeafProbe::UseNode => {}
+            },
+            // An uncached internal node: partition 0 and at most one buffer.
+            Some(h) => match src.probe_internal(id, key, hash, &mut msgs)? {
+                InternalProbe::Child(c) => {
+                    id = c;
+                    height = Some(h - 1);
+                    continue;
+                }
+                InternalProbe::Miss => return Ok(None),
+                InternalProbe::UseNode => {}
+            },
+            None => {}
+        }
         let Some(node) = src.fetch(id)? else {
             return Ok(None);
         };
-        let (height, child) = match node {
+        match node {
             Node::Internal(n) => {
                 let i = child_index(&n.pivots, key);
                 let (Some(b), Some(&c)) = (n.buffers.get(i), n.children.get(i)) else {
                     return Err(corrupt(format!("node {id}"), "pivot/child count mismatch"));
                 };
+                if n.height == 0 {
+                    return Err(corrupt(format!("node {id}"), "internal node of height 0"));
+                }
                 b.collect_for_key(key, hash, &mut msgs);
-                (n.height, c)
+                height = Some(n.height - 1);
+                id = c;
             }
             Node::Leaf(l) => {
                 let bi = child_index(&l.pivots, key);
@@ -524,16 +601,7 @@ fn get_from(src: &mut impl Fetch, root: NodeId, key: &[u8]) -> Result<Option<Opt
                     msgs,
                 )));
             }
-        };
-        if height == 1 {
-            // The child is a leaf: an uncached leaf is read one basement at a time.
-            match src.probe_leaf(child, key)? {
-                LeafProbe::Value(v, floor) => return Ok(Some(finish_point_read(v, floor, key, msgs))),
-                LeafProbe::Miss => return Ok(None),
-                LeafProbe::UseNode => {}
-            }
         }
-        id = child;
     }
 }
 
