@@ -67,10 +67,13 @@ struct Slot {
 /// per entry, so a basement costs two allocations whatever its entry count, scans and binary
 /// searches touch contiguous memory, and (de)serialization is a copy (PerconaFT's basement
 /// nodes likewise keep a packed key/value area plus an offset array, `ft/bndata.h`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct Basement {
-    /// Keys and values of every entry, in key order.
+    /// Keys and values of every entry (in key order when freshly built; single-message updates
+    /// append and leave garbage, compacted when it reaches half the arena).
     data: Vec<u8>,
+    /// Arena bytes no slot points at.
+    garbage_bytes: usize,
     /// One slot per entry, in key order.
     slots: Vec<Slot>,
     /// Highest MSN applied (messages at or below it are skipped: idempotent application).
@@ -91,6 +94,7 @@ impl BasementBuilder {
         BasementBuilder {
             b: Basement {
                 data: Vec::with_capacity(bytes),
+                garbage_bytes: 0,
                 slots: Vec::with_capacity(entries),
                 max_msn: 0,
                 data_bytes: 0,
@@ -143,7 +147,70 @@ impl BasementBuilder {
     }
 }
 
+impl PartialEq for Basement {
+    /// Equal when they hold the same entries and applied MSN (arena layout not compared).
+    fn eq(&self, other: &Self) -> bool {
+        self.max_msn == other.max_msn && self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Basement {}
+
 impl Basement {
+    /// Sets (`Some`) or removes (`None`) the value of `key` in place: the slot array shifts,
+    /// new bytes are appended to the arena, and the arena is compacted once half of it is
+    /// garbage. Cheap for single messages applied to a root leaf.
+    pub fn set(&mut self, key: &[u8], value: Option<&[u8]>) {
+        let i = self.lower_bound(key);
+        let found = i < self.len() && self.key(i) == key;
+        match (found, value) {
+            (true, Some(v)) => {
+                let s = self.slots[i];
+                self.data_bytes = self.data_bytes - s.vlen as usize + v.len();
+                if s.vlen as usize == v.len() {
+                    let at = (s.off + s.klen) as usize;
+                    self.data[at..at + v.len()].copy_from_slice(v);
+                } else {
+                    self.garbage_bytes += (s.klen + s.vlen) as usize;
+                    self.slots[i] = self.append(key, v);
+                }
+            }
+            (true, None) => {
+                let s = self.slots.remove(i);
+                self.garbage_bytes += (s.klen + s.vlen) as usize;
+                self.data_bytes -= (s.klen + s.vlen) as usize;
+            }
+            (false, Some(v)) => {
+                let slot = self.append(key, v);
+                self.slots.insert(i, slot);
+                self.data_bytes += key.len() + v.len();
+            }
+            (false, None) => {}
+        }
+        if self.garbage_bytes > 4096 && self.garbage_bytes * 2 > self.data.len() {
+            let mut w = BasementBuilder::with_capacity(self.len(), self.data_bytes);
+            for (k, v) in self.iter() {
+                w.push(k, v);
+            }
+            *self = w.finish(self.max_msn);
+        }
+    }
+
+    fn append(&mut self, key: &[u8], value: &[u8]) -> Slot {
+        let off = self.data.len();
+        assert!(
+            off + key.len() + value.len() <= u32::MAX as usize,
+            "basement arena over 4 GiB"
+        );
+        self.data.extend_from_slice(key);
+        self.data.extend_from_slice(value);
+        Slot {
+            off: off as u32,
+            klen: key.len() as u32,
+            vlen: value.len() as u32,
+        }
+    }
+
     /// A basement holding `entries` (sorted) with `max_msn`.
     pub fn from_entries(entries: Vec<(Vec<u8>, Vec<u8>)>, max_msn: Msn) -> Self {
         let bytes = entries.iter().map(|(k, v)| k.len() + v.len()).sum();
@@ -177,9 +244,9 @@ impl Basement {
         self.data_bytes
     }
 
-    /// Bytes counted against node sizes.
+    /// Bytes counted against node sizes (garbage in the arena included: it is memory).
     pub fn size_bytes(&self) -> usize {
-        self.data_bytes + self.slots.len() * ENTRY_OVERHEAD_BYTES
+        self.data_bytes + self.garbage_bytes + self.slots.len() * ENTRY_OVERHEAD_BYTES
     }
 
     /// Key of entry `i` (panics when out of range, like slice indexing).
@@ -337,7 +404,18 @@ impl Leaf {
             if msn <= b.max_msn {
                 continue;
             }
-            *b = apply_to_basement(b, msg, lo.as_deref(), hi.as_deref());
+            match msg {
+                Msg::Point { key, op, .. } => {
+                    let inside = lo.as_deref().is_none_or(|l| key.as_slice() >= l)
+                        && hi.as_deref().is_none_or(|h| key.as_slice() < h);
+                    if inside {
+                        let v = apply_point(b.get(key).map(<[u8]>::to_vec), op);
+                        b.set(key, v.as_deref());
+                    }
+                    b.max_msn = msn;
+                }
+                Msg::Range(_) => *b = apply_to_basement(b, msg, lo.as_deref(), hi.as_deref()),
+            }
         }
     }
 
@@ -803,6 +881,34 @@ mod tests {
                 end,
                 op: RangeOp::Upsert(UpsertOp::Add(n)),
             }),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// In-place `set` (appends, shifts slots, compacts the arena) equals a BTreeMap, and the
+        /// counted sizes match the entries.
+        #[test]
+        fn basement_set_matches_a_btreemap(
+            ops in prop::collection::vec((0u16..300, prop::option::of(prop::collection::vec(any::<u8>(), 0..200))), 0..600),
+        ) {
+            let mut b = Basement::empty(0);
+            let mut model = std::collections::BTreeMap::new();
+            for (k, v) in ops {
+                let key = k.to_be_bytes().to_vec();
+                b.set(&key, v.as_deref());
+                match v {
+                    Some(v) => { model.insert(key, v); }
+                    None => { model.remove(&key); }
+                }
+            }
+            prop_assert_eq!(b.to_entries(), model.clone().into_iter().collect::<Vec<_>>());
+            prop_assert_eq!(b.data_bytes(), b.recompute_data_bytes());
+            prop_assert!(b.garbage_bytes <= 4096 || b.garbage_bytes * 2 <= b.data.len());
+            for (k, v) in &model {
+                prop_assert_eq!(b.get(k), Some(v.as_slice()));
+            }
         }
     }
 
