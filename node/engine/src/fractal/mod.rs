@@ -14,12 +14,18 @@
 //! Reads: a point read collects the messages for its key from each ancestor buffer (skipping
 //! buffers whose key filter rules the key out) and applies those newer than the basement's
 //! applied MSN. A leaf that is not cached is read one basement at a time (header, pivots and the
-//! one partition), so point reads beyond memory cost one small read.
+//! one partition); an internal node that is not cached is read as partition 0 (pivots, children,
+//! a Bloom key filter per child buffer) plus, only when the filter lets the key through, the one
+//! buffer on the key's path. Scans merge a basement's packed entries with the pending messages in
+//! key order, copying only the rows returned.
 //!
 //! Not yet built (see issue 3): background flushing and writer back-pressure (flushes run
 //! inline on the writer), the sequential-insert fast path straight to the edge leaf (edge leaves
-//! do split unevenly), and the log replay of embedded mode (the node replays its Raft log).
-//!
+//! do split unevenly), spilling the buffers of nodes that are not cached to disk instead of
+//! reading the child (what data far beyond the cache needs; SplinterDB's size-tiered Bε-tree),
+//! sub-basement compression frames for point reads beyond memory, and the log replay of embedded
+//! mode (the node replays its Raft log).
+
 //! Concurrency: a read-write lock guards the tree. Reads whose nodes are all cached run
 //! concurrently under the shared lock (CLOCK counts are atomics); a read that misses retries
 //! under the exclusive lock, loading nodes and evicting. Writes take the exclusive lock.
