@@ -108,6 +108,25 @@ pub struct PartialReadStats {
     pub internal_buffers: u64,
 }
 
+/// The data partition of a node that holds `key` (child or basement `i` is partition `i + 1`).
+fn data_partition(
+    index: &NodeIndex,
+    pivots: &[Vec<u8>],
+    key: &[u8],
+    location: &str,
+) -> Result<(usize, PartEntry)> {
+    let i = child_index(pivots, key);
+    let entry = index
+        .parts
+        .get(i + 1)
+        .copied()
+        .ok_or_else(|| EngineError::Corruption {
+            location: location.to_string(),
+            detail: format!("no partition for child {i}"),
+        })?;
+    Ok((i, entry))
+}
+
 fn bump(clock: &AtomicU8) {
     let c = clock.load(Ordering::Relaxed);
     if c < CLOCK_MAX {
@@ -534,16 +553,7 @@ impl Store {
         }
         let (bi, entry, compressed) = match self.partial.get(&id) {
             Some(p) => {
-                let bi = child_index(&p.pivots, key);
-                let entry = p
-                    .index
-                    .parts
-                    .get(bi + 1)
-                    .copied()
-                    .ok_or_else(|| EngineError::Corruption {
-                        location: location.clone(),
-                        detail: format!("no partition for basement {bi}"),
-                    })?;
+                let (bi, entry) = data_partition(&p.index, &p.pivots, key, &location)?;
                 (bi, entry, p.index.compressed)
             }
             None => {
@@ -620,16 +630,7 @@ impl Store {
         // The filter says the key may be in the buffer, and it has not been read yet.
         let (i, entry, compressed) = match self.partial_internal.get(&id) {
             Some(p) => {
-                let i = child_index(&p.info.pivots, key);
-                let entry = p
-                    .index
-                    .parts
-                    .get(i + 1)
-                    .copied()
-                    .ok_or_else(|| EngineError::Corruption {
-                        location: location.clone(),
-                        detail: format!("no partition for buffer {i}"),
-                    })?;
+                let (i, entry) = data_partition(&p.index, &p.info.pivots, key, &location)?;
                 (i, entry, p.index.compressed)
             }
             None => {
