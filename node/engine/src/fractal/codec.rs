@@ -3,7 +3,7 @@
 //! magic, a format version and a crc32c.
 
 use super::filter::KeyFilter;
-use super::msg::{Buffer, Msg, MsgRef, Msn, PointOp, RangeMsg, RangeOp};
+use super::msg::{Buffer, Msg, MsgRef, Msn, PointOp, RangeMsg, RangeOp, RunRef};
 use super::node::{Basement, BasementBuilder, Internal, Leaf, Node, NodeId};
 use crate::ops::UpsertOp;
 use crate::{EngineError, Result};
@@ -22,6 +22,9 @@ pub const HEADER_BYTES: usize = 64;
 const HEADER_MAGIC: &[u8; 8] = b"FTKVHDR\0";
 const BTT_MAGIC: &[u8; 8] = b"FTKVBTT\0";
 const NODE_MAGIC: &[u8; 8] = b"FTKVNODE";
+const RUN_MAGIC: &[u8; 8] = b"FTKVRUN\0";
+/// Bytes of a run block's header.
+const RUN_HEADER_BYTES: usize = 36;
 /// Bytes of the fixed part of a node header (before the partition table).
 pub const NODE_FIXED_HEADER_BYTES: usize = 40;
 const PARTITION_ENTRY_BYTES: usize = 16;
@@ -451,6 +454,117 @@ fn decode_buffer(raw: &[u8]) -> Result<Buffer, Detail> {
     Ok(buf)
 }
 
+/// Encodes a spilled run (point messages sorted by (key, MSN)): a 36-byte header (magic
+/// `FTKVRUN\0`, u32 version, u64 run id, u8 compressed, 3 zero bytes, u32 raw payload length,
+/// u32 message count, u32 crc32c of the 32 bytes before) and the payload, zstd-compressed or raw:
+/// per message u64 MSN, u8 tag (1 Put, 2 Delete, 3 Upsert), key, value or op.
+pub fn encode_run(id: u64, msgs: &[Msg], level: Option<i32>) -> Result<Vec<u8>> {
+    let mut p = W::default();
+    for m in msgs {
+        let Msg::Point { msn, key, op } = m else {
+            return Err(EngineError::InvalidArgument(
+                "range message in a spilled run".into(),
+            ));
+        };
+        p.u64(*msn);
+        match op {
+            PointOp::Put(v) => {
+                p.u8(1);
+                p.bytes(key);
+                p.bytes(v);
+            }
+            PointOp::Delete => {
+                p.u8(2);
+                p.bytes(key);
+            }
+            PointOp::Upsert(u) => {
+                p.u8(3);
+                p.bytes(key);
+                encode_upsert(&mut p, u);
+            }
+        }
+    }
+    let raw_len = p.0.len() as u32;
+    let payload = compress(p.0, level)?;
+    let mut w = W::default();
+    w.0.extend_from_slice(RUN_MAGIC);
+    w.u32(FORMAT_VERSION);
+    w.u64(id);
+    w.u8(u8::from(level.is_some()));
+    w.0.extend_from_slice(&[0, 0, 0]);
+    w.u32(raw_len);
+    w.u32(msgs.len() as u32);
+    let crc = crc32c::crc32c(&w.0);
+    w.u32(crc);
+    debug_assert_eq!(w.0.len(), RUN_HEADER_BYTES);
+    w.0.extend_from_slice(&payload);
+    Ok(w.0)
+}
+
+/// Decodes a run block read from `location` (its crc32c against the BTT is checked by the
+/// caller): messages sorted by (key, MSN).
+pub fn decode_run(buf: &[u8], expect_id: u64, location: &str) -> Result<Vec<Msg>> {
+    let res = (|| -> Result<Result<Vec<Msg>>, Detail> {
+        let mut r = R::new(buf);
+        if r.take(8)? != RUN_MAGIC {
+            return Err("bad run magic".into());
+        }
+        let version = r.u32()?;
+        if version > FORMAT_VERSION {
+            return Ok(Err(EngineError::UnsupportedVersion {
+                found: version,
+                supported: FORMAT_VERSION,
+            }));
+        }
+        let id = r.u64()?;
+        let compressed = r.u8()?;
+        r.take(3)?;
+        let raw_len = r.u32()? as usize;
+        let count = r.u32()? as usize;
+        let crc = r.u32()?;
+        if crc32c::crc32c(buf.get(..RUN_HEADER_BYTES - 4).unwrap_or_default()) != crc {
+            return Err("run header crc32c mismatch".into());
+        }
+        if id != expect_id {
+            return Err(format!("block holds run {id}, expected {expect_id}"));
+        }
+        let body = buf.get(RUN_HEADER_BYTES..).unwrap_or_default();
+        let raw = match compressed {
+            0 => body.to_vec(),
+            1 => zstd::bulk::decompress(body, raw_len).map_err(|e| format!("run zstd: {e}"))?,
+            c => return Err(format!("unknown run compression {c}")),
+        };
+        if raw.len() != raw_len {
+            return Err(format!("run payload {} bytes, header says {raw_len}", raw.len()));
+        }
+        let mut p = R::new(&raw);
+        let mut out: Vec<Msg> = Vec::with_capacity(count.min(1 << 20));
+        let mut prev: Option<(Vec<u8>, Msn)> = None;
+        for _ in 0..count {
+            let msn = p.u64()?;
+            let tag = p.u8()?;
+            let key = p.bytes()?;
+            let op = match tag {
+                1 => PointOp::Put(p.bytes()?),
+                2 => PointOp::Delete,
+                3 => PointOp::Upsert(decode_upsert(&mut p)?),
+                t => return Err(format!("unknown run message tag {t}")),
+            };
+            if prev
+                .as_ref()
+                .is_some_and(|(pk, pm)| (pk.as_slice(), *pm) >= (key.as_slice(), msn))
+            {
+                return Err("run messages not sorted by (key, MSN)".into());
+            }
+            prev = Some((key.clone(), msn));
+            out.push(Msg::Point { msn, key, op });
+        }
+        p.done()?;
+        Ok(Ok(out))
+    })();
+    res.map_err(|d| corruption(location, d))?
+}
+
 fn encode_basement(b: &Basement) -> Vec<u8> {
     let mut w = W::default();
     w.u64(b.max_msn);
@@ -512,6 +626,15 @@ pub fn encode_node(id: NodeId, node: &Node, level: Option<i32>) -> Result<Vec<u8
             for b in &n.buffers {
                 info.u8(u8::from(!b.range_msgs().is_empty()));
                 KeyFilter::build(b.point_hashes().into_iter()).encode(&mut info.0);
+                info.u32(b.spilled().len() as u32);
+                for r in b.spilled() {
+                    info.u64(r.id);
+                    info.u32(r.msgs);
+                    info.u64(r.bytes);
+                    info.bytes(&r.min_key);
+                    info.bytes(&r.max_key);
+                    r.filter.encode(&mut info.0);
+                }
             }
             parts.extend(n.buffers.iter().map(encode_buffer));
             (1u8, n.height)
@@ -657,12 +780,18 @@ fn decode_node_inner(buf: &[u8], expect_id: NodeId) -> Result<Node, NodeErr> {
             for _ in 0..n {
                 children.push(ir.u64()?);
             }
-            // The key filters (format 2) are rebuilt in memory from the buffers; only checked.
-            read_child_filters(&mut ir, n)?;
+            // The key filters (format 2) are rebuilt in memory from the buffers; the spilled
+            // runs' references go back into their buffers.
+            let filters = read_child_filters(&mut ir, n)?;
             ir.done()?;
-            let buffers = parts
+            let mut buffers = parts
                 .map(|p| decode_buffer(&p))
                 .collect::<Result<Vec<_>, Detail>>()?;
+            for (b, f) in buffers.iter_mut().zip(filters) {
+                for r in f.runs {
+                    b.push_spilled(r);
+                }
+            }
             Ok(Node::Internal(Internal {
                 height,
                 pivots,
@@ -694,6 +823,7 @@ fn read_child_filters(r: &mut R<'_>, children: usize) -> Result<Vec<ChildFilter>
             ChildFilter {
                 has_ranges: true,
                 keys: KeyFilter::everything(),
+                runs: Vec::new(),
             };
             children
         ]);
@@ -708,7 +838,31 @@ fn read_child_filters(r: &mut R<'_>, children: usize) -> Result<Vec<ChildFilter>
         let rest = r.buf.get(r.pos..).unwrap_or_default();
         let (keys, used) = KeyFilter::decode(rest)?;
         r.take(used)?;
-        out.push(ChildFilter { has_ranges, keys });
+        let nruns = r.u32()? as usize;
+        let mut runs = Vec::with_capacity(nruns.min(1024));
+        for _ in 0..nruns {
+            let id = r.u64()?;
+            let msgs = r.u32()?;
+            let bytes = r.u64()?;
+            let min_key = r.bytes()?;
+            let max_key = r.bytes()?;
+            let rest = r.buf.get(r.pos..).unwrap_or_default();
+            let (filter, used) = KeyFilter::decode(rest)?;
+            r.take(used)?;
+            runs.push(RunRef {
+                id,
+                msgs,
+                bytes,
+                min_key,
+                max_key,
+                filter,
+            });
+        }
+        out.push(ChildFilter {
+            has_ranges,
+            keys,
+            runs,
+        });
     }
     Ok(out)
 }
@@ -720,6 +874,8 @@ pub struct ChildFilter {
     pub has_ranges: bool,
     /// Filter over the keys of its point messages.
     pub keys: KeyFilter,
+    /// Runs spilled from the buffer (older messages on disk), oldest first.
+    pub runs: Vec<RunRef>,
 }
 
 /// Partition 0 of an internal node: pivots, children and per-child filters.

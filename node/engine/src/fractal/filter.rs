@@ -23,12 +23,23 @@ pub struct KeyFilter {
 }
 
 impl KeyFilter {
-    /// A filter over `hashes` (key hashes; duplicates are harmless).
+    /// A filter over `hashes` (key hashes; duplicates are harmless), 10 bits per key.
     pub fn build(hashes: impl ExactSizeIterator<Item = u64>) -> Self {
+        Self::build_with_bits(hashes, BITS_PER_KEY, PROBES)
+    }
+
+    /// A filter with `bits_per_key` bits per key and `probes` probes (spilled runs use 14 and
+    /// 10: a point read may consult many runs, so each must rarely answer "maybe").
+    pub fn build_with_bits(
+        hashes: impl ExactSizeIterator<Item = u64>,
+        bits_per_key: usize,
+        probes: u8,
+    ) -> Self {
         let n = hashes.len();
-        let words = (n * BITS_PER_KEY).div_ceil(64).max(1);
+        let words = (n * bits_per_key).div_ceil(64).max(1);
+        let probes = probes.clamp(1, 32);
         let mut f = KeyFilter {
-            probes: PROBES,
+            probes,
             words: vec![0; words],
         };
         if n == 0 {
@@ -37,7 +48,7 @@ impl KeyFilter {
         }
         for h in hashes {
             let m = f.bits();
-            for bit in probe_bits(h, PROBES, m) {
+            for bit in probe_bits(h, probes, m) {
                 if let Some(w) = f.words.get_mut(bit / 64) {
                     *w |= 1 << (bit % 64);
                 }

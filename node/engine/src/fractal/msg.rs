@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::OnceLock;
 
+use super::filter::KeyFilter;
 use crate::ops::{apply_broadcast, apply_upsert, in_range, UpsertOp};
 
 /// Message sequence number: strictly increasing across all messages of a tree.
@@ -183,6 +184,45 @@ pub fn apply_range(value: &[u8], op: &RangeOp) -> Option<Vec<u8>> {
     }
 }
 
+/// A run of one child's older point messages spilled to disk as an immutable block (registered
+/// in the BTT under `id`, sorted by (key, MSN)): the buffer of a child that is not cached spills
+/// instead of reading the child, and the runs are merged into the child only once they add up to
+/// about a node (SplinterDB's size-tiered Bε-tree, Conway et al., USENIX ATC 2020, keeps such
+/// "branches" in its trunk nodes for the same reason). Every message in a run is older than every
+/// message still in memory in the same buffer for the same key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRef {
+    /// Block id in the BTT.
+    pub id: u64,
+    /// Messages in the run.
+    pub msgs: u32,
+    /// Sum of the messages' counted sizes ([`Msg::size_bytes`]).
+    pub bytes: u64,
+    /// Smallest key in the run.
+    pub min_key: Vec<u8>,
+    /// Largest key in the run.
+    pub max_key: Vec<u8>,
+    /// Bloom filter over the run's keys.
+    pub filter: KeyFilter,
+}
+
+impl RunRef {
+    /// Memory the reference takes in its parent node.
+    pub fn memory_bytes(&self) -> usize {
+        64 + self.min_key.len() + self.max_key.len() + self.filter.size_bytes()
+    }
+
+    /// False only when the run holds no message for `key` (hash `hash`).
+    pub fn may_hold(&self, key: &[u8], hash: u64) -> bool {
+        key >= self.min_key.as_slice() && key <= self.max_key.as_slice() && self.filter.may_contain(hash)
+    }
+
+    /// Whether the run's key span meets `[lo, hi)` (`None` bounds infinite).
+    pub fn overlaps(&self, lo: Option<&[u8]>, hi: Option<&[u8]>) -> bool {
+        lo.is_none_or(|l| self.max_key.as_slice() >= l) && hi.is_none_or(|h| self.min_key.as_slice() < h)
+    }
+}
+
 /// Hasher for keys that already are xxh3 hashes ([`key_hash`]): passes the value through.
 #[derive(Debug, Default, Clone, Copy)]
 struct PrehashedHasher(u64);
@@ -255,6 +295,10 @@ pub struct Buffer {
     count: usize,
     /// Indices of live slots sorted by (key, MSN); built by range reads, reset by pushes.
     key_order: OnceLock<Vec<u32>>,
+    /// Older point messages spilled to disk, oldest first (see [`RunRef`]).
+    spilled: Vec<RunRef>,
+    /// Sum of `spilled[..].bytes`.
+    spilled_bytes: usize,
 }
 
 impl Default for Buffer {
@@ -269,6 +313,8 @@ impl Default for Buffer {
             delete_bytes: 0,
             count: 0,
             key_order: OnceLock::new(),
+            spilled: Vec::new(),
+            spilled_bytes: 0,
         }
     }
 }
@@ -276,7 +322,9 @@ impl Default for Buffer {
 impl PartialEq for Buffer {
     /// Equal when they hold the same messages (the log layout is not compared).
     fn eq(&self, other: &Self) -> bool {
-        self.counters() == other.counters() && self.messages() == other.messages()
+        self.counters() == other.counters()
+            && self.messages() == other.messages()
+            && self.spilled == other.spilled
     }
 }
 
@@ -311,9 +359,70 @@ impl Buffer {
         self.count
     }
 
-    /// True when no message is held.
+    /// True when no message is held, in memory or spilled.
     pub fn is_empty(&self) -> bool {
-        self.count == 0
+        self.count == 0 && self.spilled.is_empty()
+    }
+
+    /// Memory the buffer takes: its in-memory messages plus the references to spilled runs.
+    pub fn memory_bytes(&self) -> usize {
+        self.bytes + self.spilled.iter().map(RunRef::memory_bytes).sum::<usize>()
+    }
+
+    /// Runs spilled to disk, oldest first.
+    pub fn spilled(&self) -> &[RunRef] {
+        &self.spilled
+    }
+
+    /// Counted bytes of the spilled runs' messages.
+    pub fn spilled_bytes(&self) -> usize {
+        self.spilled_bytes
+    }
+
+    /// Records a run just spilled (its messages are older than those still in memory).
+    pub fn push_spilled(&mut self, run: RunRef) {
+        self.spilled_bytes += run.bytes as usize;
+        self.spilled.push(run);
+    }
+
+    /// Removes and returns the spilled runs, oldest first.
+    pub fn take_spilled(&mut self) -> Vec<RunRef> {
+        self.spilled_bytes = 0;
+        std::mem::take(&mut self.spilled)
+    }
+
+    /// Removes the in-memory point messages and returns them sorted by (key, MSN), for a spill;
+    /// range messages and spilled runs stay.
+    pub fn take_points(&mut self) -> Vec<Msg> {
+        let slots = std::mem::take(&mut self.slots);
+        self.heads.clear();
+        self.dead = 0;
+        self.msn_sorted = true;
+        self.key_order = OnceLock::new();
+        let mut out: Vec<Msg> = slots
+            .into_iter()
+            .filter(|s| s.live)
+            .map(|s| Msg::Point {
+                msn: s.msn,
+                key: s.key,
+                op: s.op,
+            })
+            .collect();
+        self.count = self.ranges.len();
+        self.bytes = self.ranges.iter().map(RangeMsg::size_bytes).sum();
+        self.delete_bytes = self
+            .ranges
+            .iter()
+            .filter(|r| matches!(r.op, RangeOp::Delete))
+            .map(RangeMsg::size_bytes)
+            .sum();
+        out.sort_by(|a, b| match (a, b) {
+            (Msg::Point { key: ka, msn: ma, .. }, Msg::Point { key: kb, msn: mb, .. }) => {
+                ka.cmp(kb).then(ma.cmp(mb))
+            }
+            _ => std::cmp::Ordering::Equal,
+        });
+        out
     }
 
     /// Adds a message. Messages must arrive in increasing MSN order per key; a `Put` or `Delete`
@@ -437,9 +546,14 @@ impl Buffer {
         (self.bytes, self.delete_bytes, self.count)
     }
 
-    /// Removes and returns every message in increasing MSN order.
+    /// Removes and returns every in-memory message in increasing MSN order (spilled runs stay:
+    /// take them with [`Buffer::take_spilled`]).
     pub fn take_all(&mut self) -> Vec<Msg> {
+        let spilled = std::mem::take(&mut self.spilled);
+        let spilled_bytes = self.spilled_bytes;
         let taken = std::mem::take(self);
+        self.spilled = spilled;
+        self.spilled_bytes = spilled_bytes;
         let mut out: Vec<Msg> = Vec::with_capacity(taken.count);
         out.extend(taken.slots.into_iter().filter(|s| s.live).map(|s| Msg::Point {
             msn: s.msn,
@@ -594,6 +708,9 @@ impl Buffer {
         let mut other = other;
         for m in other.take_all() {
             self.push(m);
+        }
+        for r in other.take_spilled() {
+            self.push_spilled(r);
         }
     }
 

@@ -763,7 +763,7 @@ pub struct Internal {
 impl Internal {
     /// Bytes counted against the node size.
     pub fn size_bytes(&self) -> usize {
-        self.buffers.iter().map(Buffer::bytes).sum::<usize>()
+        self.buffers.iter().map(Buffer::memory_bytes).sum::<usize>()
             + self
                 .pivots
                 .iter()

@@ -19,7 +19,7 @@ use ftkv_vfs::VfsFile;
 
 use super::codec::{
     align_up, decode_basement_partition, decode_buffer_partition, decode_internal_info, decode_leaf_pivots,
-    decode_node, decode_node_index, decode_partition, encode_btt, encode_header, encode_node,
+    decode_node, decode_node_index, decode_partition, decode_run, encode_btt, encode_header, encode_node,
     node_header_len, BlockLoc, BttImage, Header, InternalInfo, NodeIndex, PartEntry, DATA_START,
     HEADER_SLOT_BYTES, NODE_FIXED_HEADER_BYTES,
 };
@@ -434,6 +434,41 @@ impl Store {
         Ok(())
     }
 
+    /// Writes spilled run `id` (an encoded run block, [`super::codec::encode_run`]) to a fresh
+    /// extent and registers it in the BTT.
+    pub fn write_run(&mut self, id: u64, enc: Vec<u8>) -> Result<()> {
+        self.write_encoded(id, enc)
+    }
+
+    /// Compression level for new blocks.
+    pub fn compression_level(&self) -> Option<i32> {
+        self.compression_level
+    }
+
+    /// Reads and verifies spilled run `id`: its messages sorted by (key, MSN). Needs no cache,
+    /// so readers under a shared lock can call it.
+    pub fn read_run(&self, id: u64) -> Result<Vec<Msg>> {
+        let loc = *self.btt.get(&id).ok_or_else(|| EngineError::Corruption {
+            location: format!("{} BTT", self.path.display()),
+            detail: format!("run {id} is referenced but has no block"),
+        })?;
+        let location = format!(
+            "{} run {id} block @ offset {} ({} bytes)",
+            self.path.display(),
+            loc.offset,
+            loc.size
+        );
+        let buf = self.read_span(id, &loc, 0, u64::from(loc.size))?;
+        let crc = crc32c::crc32c(&buf);
+        if crc != loc.crc {
+            return Err(EngineError::Corruption {
+                location,
+                detail: format!("crc32c mismatch (BTT {:#010x}, block {crc:#010x})", loc.crc),
+            });
+        }
+        decode_run(&buf, id, &location)
+    }
+
     /// Writes a node straight to disk without caching it (bulk load).
     pub fn write_uncached(&mut self, id: NodeId, node: &Node) -> Result<()> {
         self.write_node(id, node)
@@ -588,7 +623,7 @@ impl Store {
         hash: u64,
         out: &mut Vec<Msg>,
     ) -> Result<NodeId> {
-        if let Some(c) = self.partial_internal_probe(id, key, hash, out) {
+        if let Some(c) = self.partial_internal_probe(id, key, hash, out)? {
             return Ok(c);
         }
         let loc = *self.btt.get(&id).ok_or_else(|| EngineError::Corruption {
@@ -624,7 +659,7 @@ impl Store {
                 },
             );
         }
-        if let Some(c) = self.partial_internal_probe(id, key, hash, out) {
+        if let Some(c) = self.partial_internal_probe(id, key, hash, out)? {
             return Ok(c);
         }
         // The filter says the key may be in the buffer, and it has not been read yet.
@@ -649,7 +684,7 @@ impl Store {
             p.buffers.insert(i, buffer);
             self.partial_bytes += size;
         }
-        let child = self.partial_internal_probe(id, key, hash, out);
+        let child = self.partial_internal_probe(id, key, hash, out)?;
         self.trim_partial(id);
         child.ok_or_else(|| EngineError::Corruption {
             location,
@@ -657,25 +692,64 @@ impl Store {
         })
     }
 
-    /// [`Store::read_partial_internal`] from pieces already read; `None` when a piece is missing.
+    /// [`Store::read_partial_internal`] from pieces already read (spilled runs that may hold
+    /// the key are read from the file); `None` when a piece is missing.
     pub fn partial_internal_probe(
         &self,
         id: NodeId,
         key: &[u8],
         hash: u64,
         out: &mut Vec<Msg>,
-    ) -> Option<NodeId> {
-        let p = self.partial_internal.get(&id)?;
+    ) -> Result<Option<NodeId>> {
+        let Some(p) = self.partial_internal.get(&id) else {
+            return Ok(None);
+        };
         if self.btt.get(&id) != Some(&p.loc) {
-            return None;
+            return Ok(None);
         }
         let i = child_index(&p.info.pivots, key);
-        let child = *p.info.children.get(i)?;
-        let f = p.info.filters.get(i)?;
-        if f.has_ranges || f.keys.may_contain(hash) {
-            p.buffers.get(&i)?.collect_for_key(key, hash, out);
+        let (Some(&child), Some(f)) = (p.info.children.get(i), p.info.filters.get(i)) else {
+            return Ok(None);
+        };
+        let need_buffer = f.has_ranges || f.keys.may_contain(hash);
+        if need_buffer && !p.buffers.contains_key(&i) {
+            return Ok(None);
         }
-        Some(child)
+        for r in f.runs.iter().filter(|r| r.may_hold(key, hash)) {
+            self.run_msgs_for_key(r.id, key, out)?;
+        }
+        if let Some(b) = p.buffers.get(&i).filter(|_| need_buffer) {
+            b.collect_for_key(key, hash, out);
+        }
+        Ok(Some(child))
+    }
+
+    /// Appends the messages for `key` in spilled run `id` (in MSN order).
+    pub fn run_msgs_for_key(&self, id: u64, key: &[u8], out: &mut Vec<Msg>) -> Result<()> {
+        let msgs = self.read_run(id)?;
+        let first = msgs.partition_point(|m| matches!(m, Msg::Point { key: k, .. } if k.as_slice() < key));
+        out.extend(
+            msgs.into_iter()
+                .skip(first)
+                .take_while(|m| matches!(m, Msg::Point { key: k, .. } if k.as_slice() == key)),
+        );
+        Ok(())
+    }
+
+    /// Appends the messages of spilled run `id` with keys in `[lo, hi)`.
+    pub fn run_msgs_for_range(
+        &self,
+        id: u64,
+        lo: &[u8],
+        hi: Option<&[u8]>,
+        out: &mut Vec<Msg>,
+    ) -> Result<()> {
+        let msgs = self.read_run(id)?;
+        out.extend(msgs.into_iter().filter(|m| match m {
+            Msg::Point { key, .. } => key.as_slice() >= lo && hi.is_none_or(|h| key.as_slice() < h),
+            Msg::Range(_) => false,
+        }));
+        Ok(())
     }
 
     /// Reads and decodes the header (partition table) of node `id`'s block at `loc`.

@@ -4,7 +4,9 @@
 
 use std::collections::HashSet;
 
-use super::msg::{apply_point, apply_range, key_hash, Buffer, Msg, Msn, PointOp, RangeMsg};
+use super::codec::encode_run;
+use super::filter::KeyFilter;
+use super::msg::{apply_point, apply_range, key_hash, Buffer, Msg, Msn, PointOp, RangeMsg, RunRef};
 use super::node::{
     child_bounds, child_index, chunk_entries, split_entries_even, Basement, Internal, Leaf, Node, NodeId,
 };
@@ -44,6 +46,14 @@ impl TreeParams {
         Ok(())
     }
 }
+
+/// A buffer is flushed into its child once this many runs have spilled from it, whatever their
+/// size (bounds the runs a point read may consult per level).
+const MAX_RUNS_PER_BUFFER: usize = 16;
+/// Bloom filter bits per key and probes of a spilled run (about 0.1% false positives).
+const RUN_FILTER_BITS_PER_KEY: usize = 14;
+/// See [`RUN_FILTER_BITS_PER_KEY`].
+const RUN_FILTER_PROBES: u8 = 10;
 
 /// Whether a node lies on the left / right edge of the tree (for uneven edge splits).
 #[derive(Debug, Clone, Copy)]
@@ -108,6 +118,8 @@ trait Fetch {
         hash: u64,
         msgs: &mut Vec<Msg>,
     ) -> Result<InternalProbe>;
+    /// The store, for reading spilled runs (file reads only, no cache).
+    fn store(&self) -> &Store;
 }
 
 /// Outcome of [`Fetch::probe_internal`].
@@ -161,6 +173,9 @@ impl Fetch for Loading<'_> {
             .read_partial_internal(id, key, hash, msgs)
             .map(InternalProbe::Child)
     }
+    fn store(&self) -> &Store {
+        self.0
+    }
 }
 
 impl Fetch for CachedOnly<'_> {
@@ -190,13 +205,16 @@ impl Fetch for CachedOnly<'_> {
             return Ok(InternalProbe::UseNode);
         }
         let before = msgs.len();
-        Ok(match self.0.partial_internal_probe(id, key, hash, msgs) {
+        Ok(match self.0.partial_internal_probe(id, key, hash, msgs)? {
             Some(c) => InternalProbe::Child(c),
             None => {
                 msgs.truncate(before);
                 InternalProbe::Miss
             }
         })
+    }
+    fn store(&self) -> &Store {
+        self.0
     }
 }
 
@@ -292,11 +310,87 @@ impl Tree {
         let mut rounds = 0;
         while n.size_bytes() > self.params.node_size_bytes && rounds < 4 * self.params.fanout + 16 {
             let Some(i) = n.heaviest_buffer() else { break };
+            rounds += 1;
+            if self.spill_if_child_uncached(n, i)? {
+                continue;
+            }
             let ce = child_edges(edges, i, n.children.len());
             self.flush_into_child(n, i, ce)?;
-            rounds += 1;
         }
         Ok(())
+    }
+
+    /// When child `i` is not cached, writes buffer `i`'s point messages as a run on disk instead
+    /// of reading the child (see [`RunRef`]); true when it did and the child's runs are still
+    /// below a node's worth (so the flush into the child can wait). Buffers holding range
+    /// messages are flushed normally (range messages never go to runs).
+    fn spill_if_child_uncached(&mut self, n: &mut Internal, i: usize) -> Result<bool> {
+        let (Some(b), Some(&cid)) = (n.buffers.get(i), n.children.get(i)) else {
+            return Ok(false);
+        };
+        if self.store.is_cached(cid) || !b.range_msgs().is_empty() || b.bytes() == 0 {
+            return Ok(false);
+        }
+        let Some(b) = n.buffers.get_mut(i) else {
+            return Ok(false);
+        };
+        let msgs = b.take_points();
+        let run = self.write_run(msgs)?;
+        b.push_spilled(run);
+        Ok(b.spilled_bytes() < self.params.node_size_bytes && b.spilled().len() < MAX_RUNS_PER_BUFFER)
+    }
+
+    /// Writes `msgs` (point messages sorted by (key, MSN)) as a new run block.
+    fn write_run(&mut self, msgs: Vec<Msg>) -> Result<RunRef> {
+        let id = self.alloc_id();
+        let mut hashes = Vec::with_capacity(msgs.len());
+        let mut bytes = 0u64;
+        let mut min_key: Option<&[u8]> = None;
+        let mut max_key: Option<&[u8]> = None;
+        for m in &msgs {
+            if let Msg::Point { key, .. } = m {
+                hashes.push(key_hash(key));
+                min_key = Some(min_key.map_or(key.as_slice(), |k| k.min(key.as_slice())));
+                max_key = Some(max_key.map_or(key.as_slice(), |k| k.max(key.as_slice())));
+            }
+            bytes += m.size_bytes() as u64;
+        }
+        let run = RunRef {
+            id,
+            msgs: u32::try_from(msgs.len())
+                .map_err(|_| EngineError::InvalidArgument("run over 4 G messages".into()))?,
+            bytes,
+            min_key: min_key.unwrap_or_default().to_vec(),
+            max_key: max_key.unwrap_or_default().to_vec(),
+            filter: KeyFilter::build_with_bits(
+                hashes.into_iter(),
+                RUN_FILTER_BITS_PER_KEY,
+                RUN_FILTER_PROBES,
+            ),
+        };
+        let enc = encode_run(id, &msgs, self.store.compression_level())?;
+        self.store.write_run(id, enc)?;
+        Ok(run)
+    }
+
+    /// Reads and frees the spilled runs of a buffer: their messages in MSN order.
+    fn take_runs(&mut self, runs: Vec<RunRef>) -> Result<Vec<Msg>> {
+        let mut out = Vec::new();
+        for r in &runs {
+            let msgs = self.store.read_run(r.id)?;
+            if msgs.len() != r.msgs as usize {
+                return Err(corrupt(
+                    format!("{} run {}", self.store.path().display(), r.id),
+                    format!("{} messages, parent says {}", msgs.len(), r.msgs),
+                ));
+            }
+            out.extend(msgs);
+        }
+        for r in runs {
+            self.store.delete(r.id);
+        }
+        out.sort_by_key(Msg::msn);
+        Ok(out)
     }
 
     /// Moves every message of buffer `i` into child `i` (applying them if it is a leaf), then
@@ -319,7 +413,15 @@ impl Tree {
         let (Some(buf), Some(&cid)) = (parent.buffers.get_mut(i), parent.children.get(i)) else {
             return Err(corrupt(format!("node child {i}"), "flush of a missing child"));
         };
-        let msgs = buf.take_all();
+        let runs = buf.take_spilled();
+        let mut msgs = buf.take_all();
+        if !runs.is_empty() {
+            // Runs hold older messages than the buffer; one MSN-ordered stream for the child.
+            let mut all = self.take_runs(runs)?;
+            all.append(&mut msgs);
+            all.sort_by_key(Msg::msn);
+            msgs = all;
+        }
         let mut child = self.store.take(cid)?;
         if child.height() + 1 != parent.height {
             return Err(corrupt(
@@ -586,8 +688,17 @@ fn get_from(src: &mut impl Fetch, root: NodeId, key: &[u8]) -> Result<Option<Opt
                     return Err(corrupt(format!("node {id}"), "internal node of height 0"));
                 }
                 b.collect_for_key(key, hash, &mut msgs);
+                let runs: Vec<u64> = b
+                    .spilled()
+                    .iter()
+                    .filter(|r| r.may_hold(key, hash))
+                    .map(|r| r.id)
+                    .collect();
                 height = Some(n.height - 1);
                 id = c;
+                for r in runs {
+                    src.store().run_msgs_for_key(r, key, &mut msgs)?;
+                }
             }
             Node::Leaf(l) => {
                 let bi = child_index(&l.pivots, key);
@@ -730,6 +841,7 @@ fn scan_from(
         let mut cursor = start.to_vec();
         // Point keys taken from one buffer per pass: a page needs a few keys, not the buffer.
         let keys_per_pass = limit.max(64);
+        let mut runs: Vec<(u64, Option<Vec<u8>>)> = Vec::new();
         loop {
             let mut msgs = Vec::new();
             let mut hi: Option<Vec<u8>> = None;
@@ -756,7 +868,18 @@ fn scan_from(
                         hi = Some(cut);
                     }
                 }
+                let qhi = min_bound(hi.as_deref(), end).map(<[u8]>::to_vec);
+                runs.extend(
+                    b.spilled()
+                        .iter()
+                        .filter(|r| r.overlaps(Some(&cursor), qhi.as_deref()))
+                        .map(|r| (r.id, qhi.clone())),
+                );
                 id = c;
+            }
+            for (r, rhi) in runs.drain(..) {
+                src.store()
+                    .run_msgs_for_range(r, &cursor, rhi.as_deref(), &mut msgs)?;
             }
             let qhi = min_bound(hi.as_deref(), end).map(<[u8]>::to_vec);
             let pending = PendingForRange::new(msgs);
@@ -1033,6 +1156,22 @@ impl Tree {
                 for (i, b) in n.buffers.iter().enumerate() {
                     let (clo, chi) = child_bounds(&n.pivots, i, lo.as_deref(), hi.as_deref());
                     check_buffer(b, clo, chi, next_msn).map_err(|d| bad(format!("buffer {i}: {d}")))?;
+                    let mut spilled_bytes = 0usize;
+                    for r in b.spilled() {
+                        if !reachable.insert(r.id) {
+                            return Err(bad(format!("buffer {i}: run {} referenced twice", r.id)));
+                        }
+                        let msgs = self.store.read_run(r.id)?;
+                        check_run(r, &msgs, clo, chi, next_msn)
+                            .map_err(|d| bad(format!("buffer {i}: run {}: {d}", r.id)))?;
+                        spilled_bytes += r.bytes as usize;
+                    }
+                    if spilled_bytes != b.spilled_bytes() {
+                        return Err(bad(format!(
+                            "buffer {i}: spilled bytes {} != recomputed {spilled_bytes}",
+                            b.spilled_bytes()
+                        )));
+                    }
                 }
                 for (i, &c) in n.children.iter().enumerate() {
                     let (clo, chi) = child_bounds(&n.pivots, i, lo.as_deref(), hi.as_deref());
@@ -1084,6 +1223,39 @@ fn check_buffer(
         }
         if r.msn >= next_msn || r.msn == 0 {
             return Err(format!("range message MSN {} out of range", r.msn));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a spilled run against its reference: message count and bytes, key span and filter
+/// (no false negatives), keys inside the child's range, MSNs in range.
+fn check_run(
+    r: &RunRef,
+    msgs: &[Msg],
+    lo: Option<&[u8]>,
+    hi: Option<&[u8]>,
+    next_msn: Msn,
+) -> std::result::Result<(), String> {
+    if msgs.len() != r.msgs as usize {
+        return Err(format!("{} messages, reference says {}", msgs.len(), r.msgs));
+    }
+    let bytes: u64 = msgs.iter().map(|m| m.size_bytes() as u64).sum();
+    if bytes != r.bytes {
+        return Err(format!("{bytes} bytes, reference says {}", r.bytes));
+    }
+    for m in msgs {
+        let Msg::Point { msn, key, .. } = m else {
+            return Err("range message in a run".into());
+        };
+        if lo.is_some_and(|x| key.as_slice() < x) || hi.is_some_and(|x| key.as_slice() >= x) {
+            return Err(format!("message key {key:?} outside child range"));
+        }
+        if !r.may_hold(key, key_hash(key)) {
+            return Err(format!("key span or filter misses key {key:?}"));
+        }
+        if *msn >= next_msn || *msn == 0 {
+            return Err(format!("message of {key:?} with MSN out of range"));
         }
     }
     Ok(())
