@@ -356,7 +356,8 @@ fn decode_upsert(r: &mut R<'_>) -> Result<UpsertOp, Detail> {
 
 fn encode_buffer(buf: &Buffer) -> Vec<u8> {
     let msgs = buf.sorted_refs();
-    let mut w = W::default();
+    // Counted sizes exceed the encoding (per-message overhead 112 > 25 bytes of framing).
+    let mut w = W(Vec::with_capacity(buf.bytes() + 4));
     w.u32(msgs.len() as u32);
     for m in &msgs {
         match m {
@@ -459,7 +460,7 @@ fn decode_buffer(raw: &[u8]) -> Result<Buffer, Detail> {
 /// u32 message count, u32 crc32c of the 32 bytes before) and the payload, zstd-compressed or raw:
 /// per message u64 MSN, u8 tag (1 Put, 2 Delete, 3 Upsert), key, value or op.
 pub fn encode_run(id: u64, msgs: &[Msg], level: Option<i32>) -> Result<Vec<u8>> {
-    let mut p = W::default();
+    let mut p = W(Vec::with_capacity(msgs.iter().map(Msg::size_bytes).sum()));
     for m in msgs {
         let Msg::Point { msn, key, op } = m else {
             return Err(EngineError::InvalidArgument(
@@ -486,7 +487,7 @@ pub fn encode_run(id: u64, msgs: &[Msg], level: Option<i32>) -> Result<Vec<u8>> 
     }
     let raw_len = p.0.len() as u32;
     let payload = compress(p.0, level)?;
-    let mut w = W::default();
+    let mut w = W(Vec::with_capacity(RUN_HEADER_BYTES + payload.len()));
     w.0.extend_from_slice(RUN_MAGIC);
     w.u32(FORMAT_VERSION);
     w.u64(id);
@@ -566,7 +567,7 @@ pub fn decode_run(buf: &[u8], expect_id: u64, location: &str) -> Result<Vec<Msg>
 }
 
 fn encode_basement(b: &Basement) -> Vec<u8> {
-    let mut w = W::default();
+    let mut w = W(Vec::with_capacity(12 + b.data_bytes() + 8 * b.len()));
     w.u64(b.max_msn);
     w.u32(b.len() as u32);
     for (k, v) in b.iter() {
@@ -655,7 +656,9 @@ pub fn encode_node(id: NodeId, node: &Node, level: Option<i32>) -> Result<Vec<u8
         stored.push((compress(p, level)?, raw_len));
     }
     let header_len = NODE_FIXED_HEADER_BYTES + PARTITION_ENTRY_BYTES * stored.len() + 4;
-    let mut w = W::default();
+    let mut w = W(Vec::with_capacity(
+        header_len + stored.iter().map(|(d, _)| d.len()).sum::<usize>(),
+    ));
     w.0.extend_from_slice(NODE_MAGIC);
     w.u32(FORMAT_VERSION);
     w.u64(id);

@@ -339,7 +339,7 @@ impl Engine for FractalEngine {
                 t.meta = Some(m.to_vec());
             }
             // Dirty nodes are written continuously, so a checkpoint stays short.
-            let limit = t.store.budget_bytes() / 8;
+            let limit = t.store.budget_bytes() / 4;
             t.store.write_some_dirty(limit, t.root)
         })
     }

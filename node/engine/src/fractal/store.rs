@@ -946,14 +946,17 @@ impl Store {
         if self.dirty_bytes <= limit_bytes {
             return Ok(());
         }
-        let mut dirty: Vec<(u8, NodeId)> = self
+        // Leaves first (a merged leaf is written once and rarely touched again), then the
+        // coldest internal nodes: rewriting a hot internal node buys nothing, it is dirty again
+        // after the next flush.
+        let mut dirty: Vec<(bool, u8, NodeId)> = self
             .cache
             .iter()
             .filter(|(id, e)| e.dirty && **id != pinned)
-            .map(|(id, e)| (e.clock.load(Ordering::Relaxed), *id))
+            .map(|(id, e)| (e.node.height() > 0, e.clock.load(Ordering::Relaxed), *id))
             .collect();
         dirty.sort_unstable();
-        for (_, id) in dirty {
+        for (_, _, id) in dirty {
             if self.dirty_bytes <= limit_bytes / 2 {
                 break;
             }
