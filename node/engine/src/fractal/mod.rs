@@ -117,6 +117,11 @@ impl FractalEngine {
         self.inner.read().tree.store.partial_stats()
     }
 
+    /// Spilled-run counters since open.
+    pub fn spill_stats(&self) -> tree::SpillStats {
+        self.inner.read().tree.spill_stats
+    }
+
     /// Bytes of nodes currently cached.
     pub fn cached_bytes(&self) -> usize {
         self.inner.read().tree.store.cached_bytes()
@@ -149,6 +154,7 @@ fn create_tree_file(vfs: &dyn Vfs, dir: &Path, opts: &EngineOptions, params: Tre
         next_msn: 1,
         next_node_id: 2,
         meta: None,
+        spill_stats: Default::default(),
     };
     tree.store.put(1, Node::Leaf(Leaf::default()));
     tree.checkpoint()?;
@@ -199,6 +205,7 @@ fn load_tree(file: Arc<dyn VfsFile>, path: &Path, opts: &EngineOptions, params: 
         next_msn: img.next_msn,
         next_node_id: img.next_node_id,
         meta: img.meta,
+        spill_stats: Default::default(),
     };
     tree.store.get(tree.root)?;
     Ok(tree)

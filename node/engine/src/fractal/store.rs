@@ -27,6 +27,9 @@ use super::msg::{Buffer, Msg, Msn};
 use super::node::{child_index, Basement, Node, NodeId};
 use crate::{EngineError, Result};
 
+/// Write batches a dirty node must stay unmodified before the incremental writer takes it.
+const IDLE_EPOCHS: u64 = 8;
+
 /// CLOCK count given to a node when it is loaded or touched, and its maximum.
 const CLOCK_MAX: u8 = 3;
 
@@ -36,6 +39,8 @@ struct Entry {
     /// CLOCK count; atomic so readers under a shared lock can mark use.
     clock: AtomicU8,
     bytes: usize,
+    /// [`Store::write_epoch`] when the node was last put (modified).
+    modified_epoch: u64,
 }
 
 /// Pieces of a leaf read without the rest of it (partial eviction's read side): its pivots and
@@ -95,6 +100,9 @@ pub struct Store {
     dirty_bytes: usize,
     /// Partial reads done so far (see [`PartialReadStats`]).
     partial_stats: PartialReadStats,
+    /// Count of [`Store::write_some_dirty`] calls (one per write batch): the clock by which the
+    /// incremental writer tells recently modified nodes from idle ones.
+    write_epoch: u64,
 }
 
 /// Counters of partial (one-partition) reads by point lookups.
@@ -173,6 +181,7 @@ impl Store {
             partial_bytes: 0,
             dirty_bytes: 0,
             partial_stats: PartialReadStats::default(),
+            write_epoch: 0,
         };
         if let Some((img, loc)) = image {
             s.counter = img.counter;
@@ -813,6 +822,7 @@ impl Store {
                 dirty,
                 clock: AtomicU8::new(clock),
                 bytes,
+                modified_epoch: self.write_epoch,
             },
         ) {
             self.cached_bytes -= old.bytes;
@@ -829,9 +839,17 @@ impl Store {
         }
     }
 
-    /// Puts a (modified) node into the cache as dirty.
+    /// Puts a (modified) node into the cache as dirty. Internal nodes (touched by every flush
+    /// through them) start at the highest CLOCK count, leaves at one: under pressure leaves go
+    /// first.
     pub fn put(&mut self, id: NodeId, node: Node) {
-        self.insert(id, node, true, CLOCK_MAX);
+        let clock = if node.height() > 0 { CLOCK_MAX } else { 1 };
+        self.insert(id, node, true, clock);
+    }
+
+    /// Whether the cache is under pressure (over three quarters of its budget).
+    pub fn under_pressure(&self) -> bool {
+        self.cached_bytes > self.budget_bytes / 4 * 3
     }
 
     /// Forgets node `id` (merged away): drops it from the cache and frees its block.
@@ -906,6 +924,19 @@ impl Store {
         Ok(())
     }
 
+    /// Writes node `id` if it is cached and dirty (copy-on-write), then drops it from the cache.
+    pub fn write_and_evict(&mut self, id: NodeId) -> Result<()> {
+        if let Some(e) = self.cache.get(&id) {
+            if e.dirty {
+                let enc = encode_node(id, &e.node, self.compression_level)?;
+                self.write_encoded(id, enc)?;
+            }
+            self.remove_entry(id);
+            // The CLOCK ring drops ids without a cache entry when its hand reaches them.
+        }
+        Ok(())
+    }
+
     /// Writes every dirty cached node (copy-on-write) and marks it clean.
     pub fn write_dirty(&mut self) -> Result<()> {
         let mut dirty: Vec<NodeId> = self
@@ -938,22 +969,23 @@ impl Store {
         self.dirty_bytes
     }
 
-    /// Incremental checkpointing: when dirty nodes exceed `limit_bytes`, writes the coldest ones
-    /// (copy-on-write; they stay cached, now clean) until half the limit is left, so a checkpoint
-    /// only has a bounded amount left to write. `pinned` (the root, rewritten constantly) is
-    /// left for the checkpoint.
+    /// Incremental checkpointing: when dirty nodes exceed `limit_bytes`, writes those left
+    /// unmodified for the longest (at least [`IDLE_EPOCHS`] write batches; copy-on-write; they
+    /// stay cached, now clean) until half the limit is left, so a checkpoint only has a bounded
+    /// amount left to write. Nodes modified in the last few batches (the root and the internal
+    /// nodes taking flushes) are left for eviction or the checkpoint: writing them now would be
+    /// undone by the next flush. `pinned` (the root) is never written here.
     pub fn write_some_dirty(&mut self, limit_bytes: usize, pinned: NodeId) -> Result<()> {
+        self.write_epoch += 1;
         if self.dirty_bytes <= limit_bytes {
             return Ok(());
         }
-        // Leaves first (a merged leaf is written once and rarely touched again), then the
-        // coldest internal nodes: rewriting a hot internal node buys nothing, it is dirty again
-        // after the next flush.
-        let mut dirty: Vec<(bool, u8, NodeId)> = self
+        let idle_before = self.write_epoch.saturating_sub(IDLE_EPOCHS);
+        let mut dirty: Vec<(u64, u8, NodeId)> = self
             .cache
             .iter()
-            .filter(|(id, e)| e.dirty && **id != pinned)
-            .map(|(id, e)| (e.node.height() > 0, e.clock.load(Ordering::Relaxed), *id))
+            .filter(|(id, e)| e.dirty && **id != pinned && e.modified_epoch <= idle_before)
+            .map(|(id, e)| (e.modified_epoch, e.clock.load(Ordering::Relaxed), *id))
             .collect();
         dirty.sort_unstable();
         for (_, _, id) in dirty {

@@ -226,6 +226,18 @@ pub struct Tree {
     pub(crate) next_msn: Msn,
     pub(crate) next_node_id: NodeId,
     pub(crate) meta: Option<Vec<u8>>,
+    pub(crate) spill_stats: SpillStats,
+}
+
+/// Counters of spilled runs since open.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpillStats {
+    /// Runs written by spills (buffers of children that were not cached).
+    pub runs_spilled: u64,
+    /// Times a buffer's small runs were merged into one (size-tiered compaction).
+    pub runs_compacted: u64,
+    /// Runs merged into their child (read, applied or pushed down, freed).
+    pub runs_merged: u64,
 }
 
 impl Tree {
@@ -258,7 +270,7 @@ impl Tree {
             }
             Node::Internal(n) => {
                 n.push_msg(msg);
-                self.flush_while_gorged(n, ROOT_EDGES)?;
+                self.flush_while_gorged(n, ROOT_EDGES, true)?;
             }
         }
         self.fix_root(root_id, root)
@@ -306,9 +318,20 @@ impl Tree {
         }
     }
 
-    fn flush_while_gorged(&mut self, n: &mut Internal, edges: Edges) -> Result<()> {
+    /// Flushes (or spills) the heaviest buffers of `n` while it is gorged. A node below the root
+    /// counts as gorged at a quarter of the node size while the cache is under pressure (over
+    /// three quarters full), so internal nodes stay small enough to stay cached and spill to
+    /// runs early instead of being evicted and re-read whole (flushing driven by cache
+    /// pressure, ENGINE.md).
+    fn flush_while_gorged(&mut self, n: &mut Internal, edges: Edges, is_root: bool) -> Result<()> {
         let mut rounds = 0;
-        while n.size_bytes() > self.params.node_size_bytes && rounds < 4 * self.params.fanout + 16 {
+        let pressure = self.store.under_pressure();
+        let limit = if is_root || !pressure {
+            self.params.node_size_bytes
+        } else {
+            self.params.node_size_bytes / 4
+        };
+        while n.size_bytes() > limit && rounds < 4 * self.params.fanout + 16 {
             let Some(i) = n.heaviest_buffer() else { break };
             rounds += 1;
             if self.spill_if_child_uncached(n, i)? {
@@ -337,7 +360,27 @@ impl Tree {
         let msgs = b.take_points();
         let run = self.write_run(msgs)?;
         b.push_spilled(run);
-        Ok(b.spilled_bytes() < self.params.node_size_bytes && b.spilled().len() < MAX_RUNS_PER_BUFFER)
+        self.spill_stats.runs_spilled += 1;
+        if b.spilled_bytes() >= self.params.node_size_bytes {
+            return Ok(false);
+        }
+        if b.spilled().len() >= MAX_RUNS_PER_BUFFER {
+            // Many small runs: merge them into one (size-tiered, the child is not touched).
+            let runs = b.take_spilled();
+            self.spill_stats.runs_compacted += 1;
+            let mut msgs = self.take_runs(runs)?;
+            msgs.sort_by(|a, b| match (a, b) {
+                (Msg::Point { key: ka, msn: ma, .. }, Msg::Point { key: kb, msn: mb, .. }) => {
+                    ka.cmp(kb).then(ma.cmp(mb))
+                }
+                _ => std::cmp::Ordering::Equal,
+            });
+            let run = self.write_run(msgs)?;
+            if let Some(b) = n.buffers.get_mut(i) {
+                b.push_spilled(run);
+            }
+        }
+        Ok(true)
     }
 
     /// Writes `msgs` (point messages sorted by (key, MSN)) as a new run block.
@@ -414,8 +457,10 @@ impl Tree {
             return Err(corrupt(format!("node child {i}"), "flush of a missing child"));
         };
         let runs = buf.take_spilled();
+        let had_runs = !runs.is_empty();
         let mut msgs = buf.take_all();
         if !runs.is_empty() {
+            self.spill_stats.runs_merged += runs.len() as u64;
             // Runs hold older messages than the buffer; one MSN-ordered stream for the child.
             let mut all = self.take_runs(runs)?;
             all.append(&mut msgs);
@@ -442,13 +487,28 @@ impl Tree {
                 for m in msgs {
                     c.push_msg(m);
                 }
-                self.flush_while_gorged(c, ce)?;
+                self.flush_while_gorged(c, ce, false)?;
             }
         }
         let extras = self.split_if_needed(&mut child, ce);
         let underfull = extras.is_empty() && self.is_underfull(&child);
+        let is_leaf = child.height() == 0;
         self.store.put(cid, child);
+        let added = extras.len();
         self.insert_siblings(parent, i, extras);
+        if had_runs && is_leaf {
+            // A leaf that received spilled runs was not cached and will not get messages again
+            // until another node's worth has spilled: write it now and drop it from the cache,
+            // keeping the cache for internal nodes (and out of the incremental writer's way).
+            let ids: Vec<NodeId> = parent
+                .children
+                .get(i..=i + added)
+                .map(<[_]>::to_vec)
+                .unwrap_or_default();
+            for id in ids {
+                self.store.write_and_evict(id)?;
+            }
+        }
         if may_merge && underfull && parent.children.len() > 1 {
             let j = if i + 1 < parent.children.len() {
                 i + 1
