@@ -19,12 +19,17 @@
 //! buffer on the key's path. Scans merge a basement's packed entries with the pending messages in
 //! key order, copying only the rows returned.
 //!
+//! Beyond the cache: a gorged buffer whose child is not cached spills its point messages to an
+//! immutable run on disk instead of reading the child; a buffer's runs merge into the child once
+//! they add up to a node (16 small runs first merge into one), so a leaf is rewritten once per
+//! node's worth of messages instead of once per sixteenth (SplinterDB's size-tiered Bε-tree,
+//! Conway et al., USENIX ATC 2020). Under cache pressure internal nodes below the root gorge at a
+//! quarter node, so they stay cached.
+//!
 //! Not yet built (see issue 3): background flushing and writer back-pressure (flushes run
 //! inline on the writer), the sequential-insert fast path straight to the edge leaf (edge leaves
-//! do split unevenly), spilling the buffers of nodes that are not cached to disk instead of
-//! reading the child (what data far beyond the cache needs; SplinterDB's size-tiered Bε-tree),
-//! sub-basement compression frames for point reads beyond memory, and the log replay of embedded
-//! mode (the node replays its Raft log).
+//! do split unevenly), sub-basement compression frames for point reads beyond memory, and the
+//! log replay of embedded mode (the node replays its Raft log).
 
 //! Concurrency: a read-write lock guards the tree. Reads whose nodes are all cached run
 //! concurrently under the shared lock (CLOCK counts are atomics); a read that misses retries
