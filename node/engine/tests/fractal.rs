@@ -477,6 +477,48 @@ fn paged_scans_over_full_buffers_match_the_model() {
     assert_eq!(got, all);
 }
 
+/// Opens a fractal engine in `/engine` on `vfs` with `params`, a cache of `cache_bytes` and
+/// zstd level 1.
+fn open_on(vfs: &Arc<FaultVfs>, params: TreeParams, cache_bytes: u64) -> FractalEngine {
+    FractalEngine::open_with_params(
+        vfs.clone() as Arc<dyn Vfs>,
+        &opts("/engine".into(), cache_bytes, Some(1)),
+        params,
+    )
+    .unwrap()
+}
+
+/// `count` random writes over keys `0..keys` from the LCG state `x`: one in `delete_one_in`
+/// deletes, one in `delete_one_in` an upsert `upsert`, the rest puts of `round`-tagged values.
+fn random_writes(
+    x: &mut u64,
+    count: usize,
+    keys: u64,
+    delete_one_in: u64,
+    upsert: &UpsertOp,
+    round: u64,
+) -> Vec<WriteOp> {
+    (0..count)
+        .map(|_| {
+            *x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let k = key((*x >> 33) % keys);
+            match *x % delete_one_in {
+                0 => WriteOp::Delete { key: k },
+                1 => WriteOp::Upsert {
+                    key: k,
+                    op: upsert.clone(),
+                },
+                _ => WriteOp::Put {
+                    key: k,
+                    value: format!("v{round}-{}", *x % 1000).into_bytes(),
+                },
+            }
+        })
+        .collect()
+}
+
 /// Point reads through internal nodes and leaves that are not cached read partition 0 and one
 /// buffer (when its stored key filter lets the key through) or one basement, never the whole
 /// node, and return exactly the model's values (including keys only pending in buffers).
@@ -488,36 +530,12 @@ fn point_reads_beyond_the_cache_read_single_partitions() {
         fanout: 4,
     };
     let vfs = FaultVfs::new(3);
-    let open = |cache: u64| {
-        FractalEngine::open_with_params(
-            vfs.clone() as Arc<dyn Vfs>,
-            &opts("/engine".into(), cache, Some(1)),
-            params,
-        )
-        .unwrap()
-    };
+    let open = |cache: u64| open_on(&vfs, params, cache);
     let e = open(1 << 20);
     let mut model = BTreeMap::new();
     let mut x: u64 = 5;
     for round in 0..8u64 {
-        let mut ops = Vec::new();
-        for _ in 0..3000 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let k = key((x >> 33) % 30_000);
-            ops.push(match x % 10 {
-                0 => WriteOp::Delete { key: k },
-                1 => WriteOp::Upsert {
-                    key: k,
-                    op: UpsertOp::Add(3),
-                },
-                _ => WriteOp::Put {
-                    key: k,
-                    value: format!("v{round}-{x}").into_bytes(),
-                },
-            });
-        }
+        let ops = random_writes(&mut x, 3000, 30_000, 10, &UpsertOp::Add(3), round);
         e.write(&ops, None).unwrap();
         apply_ops(&mut model, &ops);
     }
@@ -549,36 +567,12 @@ fn spilled_runs_keep_reads_exact_and_survive_reopen() {
         fanout: 4,
     };
     let vfs = FaultVfs::new(11);
-    let open = || {
-        FractalEngine::open_with_params(
-            vfs.clone() as Arc<dyn Vfs>,
-            &opts("/engine".into(), 48 << 10, Some(1)),
-            params,
-        )
-        .unwrap()
-    };
+    let open = || open_on(&vfs, params, 48 << 10);
     let e = open();
     let mut model = BTreeMap::new();
     let mut x: u64 = 17;
     for round in 0..24u64 {
-        let mut ops = Vec::new();
-        for _ in 0..1500 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let k = key((x >> 33) % 12_000);
-            ops.push(match x % 9 {
-                0 => WriteOp::Delete { key: k },
-                1 | 2 => WriteOp::Upsert {
-                    key: k,
-                    op: UpsertOp::Add(1),
-                },
-                _ => WriteOp::Put {
-                    key: k,
-                    value: format!("v{round}-{}", x % 1000).into_bytes(),
-                },
-            });
-        }
+        let ops = random_writes(&mut x, 1500, 12_000, 9, &UpsertOp::Add(1), round);
         e.write(&ops, None).unwrap();
         apply_ops(&mut model, &ops);
         if round % 6 == 5 {
@@ -622,36 +616,12 @@ fn small_runs_are_compacted_and_reads_stay_exact() {
         fanout: 32,
     };
     let vfs = FaultVfs::new(13);
-    let open = || {
-        FractalEngine::open_with_params(
-            vfs.clone() as Arc<dyn Vfs>,
-            &opts("/engine".into(), 256 << 10, Some(1)),
-            params,
-        )
-        .unwrap()
-    };
+    let open = || open_on(&vfs, params, 256 << 10);
     let e = open();
     let mut model = BTreeMap::new();
     let mut x: u64 = 23;
     for round in 0..100u64 {
-        let mut ops = Vec::new();
-        for _ in 0..2000 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let k = key((x >> 33) % 150_000);
-            ops.push(match x % 7 {
-                0 => WriteOp::Delete { key: k },
-                1 => WriteOp::Upsert {
-                    key: k,
-                    op: UpsertOp::Append(b"*".to_vec()),
-                },
-                _ => WriteOp::Put {
-                    key: k,
-                    value: format!("r{round}").into_bytes(),
-                },
-            });
-        }
+        let ops = random_writes(&mut x, 2000, 150_000, 7, &UpsertOp::Append(b"*".to_vec()), round);
         e.write(&ops, None).unwrap();
         apply_ops(&mut model, &ops);
     }
