@@ -505,6 +505,19 @@ pub fn encode_run(id: u64, msgs: &[Msg], level: Option<i32>) -> Result<Vec<u8>> 
 /// Decodes a run block read from `location` (its crc32c against the BTT is checked by the
 /// caller): messages sorted by (key, MSN).
 pub fn decode_run(buf: &[u8], expect_id: u64, location: &str) -> Result<Vec<Msg>> {
+    decode_run_range(buf, expect_id, location, &[], None)
+}
+
+/// Like [`decode_run`], but materializes only the messages with keys in `[lo, hi)` and stops
+/// at the first key at or past `hi` (a point lookup allocates only its own messages). The
+/// header, payload length and the order of every message visited are still checked.
+pub fn decode_run_range(
+    buf: &[u8],
+    expect_id: u64,
+    location: &str,
+    lo: &[u8],
+    hi: Option<&[u8]>,
+) -> Result<Vec<Msg>> {
     let res = (|| -> Result<Result<Vec<Msg>>, Detail> {
         let mut r = R::new(buf);
         if r.take(8)? != RUN_MAGIC {
@@ -539,26 +552,40 @@ pub fn decode_run(buf: &[u8], expect_id: u64, location: &str) -> Result<Vec<Msg>
             return Err(format!("run payload {} bytes, header says {raw_len}", raw.len()));
         }
         let mut p = R::new(&raw);
-        let mut out: Vec<Msg> = Vec::with_capacity(count.min(1 << 20));
-        let mut prev: Option<(Vec<u8>, Msn)> = None;
+        let whole = lo.is_empty() && hi.is_none();
+        let mut out: Vec<Msg> = Vec::with_capacity(if whole { count.min(1 << 20) } else { 4 });
+        let mut prev: Option<(&[u8], Msn)> = None;
         for _ in 0..count {
             let msn = p.u64()?;
             let tag = p.u8()?;
-            let key = p.bytes()?;
-            let op = match tag {
-                1 => PointOp::Put(p.bytes()?),
-                2 => PointOp::Delete,
-                3 => PointOp::Upsert(decode_upsert(&mut p)?),
-                t => return Err(format!("unknown run message tag {t}")),
-            };
-            if prev
-                .as_ref()
-                .is_some_and(|(pk, pm)| (pk.as_slice(), *pm) >= (key.as_slice(), msn))
-            {
+            let key = p.slice()?;
+            if prev.is_some_and(|(pk, pm)| (pk, pm) >= (key, msn)) {
                 return Err("run messages not sorted by (key, MSN)".into());
             }
-            prev = Some((key.clone(), msn));
-            out.push(Msg::Point { msn, key, op });
+            prev = Some((key, msn));
+            if hi.is_some_and(|h| key >= h) {
+                return Ok(Ok(out));
+            }
+            let wanted = key >= lo;
+            let op = match tag {
+                1 => {
+                    let v = p.slice()?;
+                    wanted.then(|| PointOp::Put(v.to_vec()))
+                }
+                2 => wanted.then_some(PointOp::Delete),
+                3 => {
+                    let u = decode_upsert(&mut p)?;
+                    wanted.then_some(PointOp::Upsert(u))
+                }
+                t => return Err(format!("unknown run message tag {t}")),
+            };
+            if let Some(op) = op {
+                out.push(Msg::Point {
+                    msn,
+                    key: key.to_vec(),
+                    op,
+                });
+            }
         }
         p.done()?;
         Ok(Ok(out))

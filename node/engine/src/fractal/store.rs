@@ -19,8 +19,8 @@ use ftkv_vfs::VfsFile;
 
 use super::codec::{
     align_up, decode_basement_partition, decode_buffer_partition, decode_internal_info, decode_leaf_pivots,
-    decode_node, decode_node_index, decode_partition, decode_run, encode_btt, encode_header, encode_node,
-    node_header_len, BlockLoc, BttImage, Header, InternalInfo, NodeIndex, PartEntry, DATA_START,
+    decode_node, decode_node_index, decode_partition, decode_run_range, encode_btt, encode_header,
+    encode_node, node_header_len, BlockLoc, BttImage, Header, InternalInfo, NodeIndex, PartEntry, DATA_START,
     HEADER_SLOT_BYTES, NODE_FIXED_HEADER_BYTES,
 };
 use super::msg::{Buffer, Msg, Msn};
@@ -457,6 +457,11 @@ impl Store {
     /// Reads and verifies spilled run `id`: its messages sorted by (key, MSN). Needs no cache,
     /// so readers under a shared lock can call it.
     pub fn read_run(&self, id: u64) -> Result<Vec<Msg>> {
+        self.read_run_range(id, &[], None)
+    }
+
+    /// Reads and verifies spilled run `id`, materializing only the messages in `[lo, hi)`.
+    fn read_run_range(&self, id: u64, lo: &[u8], hi: Option<&[u8]>) -> Result<Vec<Msg>> {
         let loc = *self.btt.get(&id).ok_or_else(|| EngineError::Corruption {
             location: format!("{} BTT", self.path.display()),
             detail: format!("run {id} is referenced but has no block"),
@@ -475,7 +480,7 @@ impl Store {
                 detail: format!("crc32c mismatch (BTT {:#010x}, block {crc:#010x})", loc.crc),
             });
         }
-        decode_run(&buf, id, &location)
+        decode_run_range(&buf, id, &location, lo, hi)
     }
 
     /// Writes a node straight to disk without caching it (bulk load).
@@ -735,13 +740,9 @@ impl Store {
 
     /// Appends the messages for `key` in spilled run `id` (in MSN order).
     pub fn run_msgs_for_key(&self, id: u64, key: &[u8], out: &mut Vec<Msg>) -> Result<()> {
-        let msgs = self.read_run(id)?;
-        let first = msgs.partition_point(|m| matches!(m, Msg::Point { key: k, .. } if k.as_slice() < key));
-        out.extend(
-            msgs.into_iter()
-                .skip(first)
-                .take_while(|m| matches!(m, Msg::Point { key: k, .. } if k.as_slice() == key)),
-        );
+        let mut next = key.to_vec();
+        next.push(0);
+        out.extend(self.read_run_range(id, key, Some(&next))?);
         Ok(())
     }
 
@@ -753,11 +754,7 @@ impl Store {
         hi: Option<&[u8]>,
         out: &mut Vec<Msg>,
     ) -> Result<()> {
-        let msgs = self.read_run(id)?;
-        out.extend(msgs.into_iter().filter(|m| match m {
-            Msg::Point { key, .. } => key.as_slice() >= lo && hi.is_none_or(|h| key.as_slice() < h),
-            Msg::Range(_) => false,
-        }));
+        out.extend(self.read_run_range(id, lo, hi)?);
         Ok(())
     }
 
