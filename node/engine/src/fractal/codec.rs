@@ -503,12 +503,7 @@ pub fn encode_run(id: u64, msgs: &[Msg], level: Option<i32>) -> Result<Vec<u8>> 
 }
 
 /// Decodes a run block read from `location` (its crc32c against the BTT is checked by the
-/// caller): messages sorted by (key, MSN).
-pub fn decode_run(buf: &[u8], expect_id: u64, location: &str) -> Result<Vec<Msg>> {
-    decode_run_range(buf, expect_id, location, &[], None)
-}
-
-/// Like [`decode_run`], but materializes only the messages with keys in `[lo, hi)` and stops
+/// caller): the messages with keys in `[lo, hi)` (empty `lo` and no `hi`: all), stopping
 /// at the first key at or past `hi` (a point lookup allocates only its own messages). The
 /// header, payload length and the order of every message visited are still checked.
 pub fn decode_run_range(
