@@ -98,15 +98,29 @@ fn request_prepared(sh: &Shared) {
 
 /// Takes the prepared file if it has `size_bytes`, else preallocates one now (slow path: the
 /// preparer fell behind, or an oversized record needs a larger segment).
+///
+/// The slow path holds `busy` while it writes, exactly as the preparer does: both write the one
+/// file name [`PREPARED_NAME`], and a preparer woken by an earlier request must not reopen (and
+/// reset) that name while the flusher fills and renames it, or keep a handle to what has become
+/// a live segment.
 fn take_prepared(sh: &Shared, size_bytes: u64) -> Result<Arc<dyn VfsFile>, LogError> {
     let mut p = sh.prep.lock();
     while p.busy {
         sh.prep_cv.wait(&mut p);
     }
-    match p.file.take() {
-        Some((file, size)) if size == size_bytes => Ok(file),
-        _ => prepare_file(&*sh.vfs, &sh.dir, size_bytes),
+    // The flusher asks again after the roll (`request_prepared`), once the new name is taken.
+    p.wanted = false;
+    if let Some((file, size)) = p.file.take() {
+        if size == size_bytes {
+            return Ok(file);
+        }
     }
+    p.busy = true;
+    drop(p);
+    let result = prepare_file(&*sh.vfs, &sh.dir, size_bytes);
+    sh.prep.lock().busy = false;
+    sh.prep_cv.notify_all();
+    result
 }
 
 /// One round of work taken from the queue.

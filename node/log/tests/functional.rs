@@ -754,3 +754,42 @@ fn a_record_larger_than_the_segment_size_gets_a_larger_segment() {
         [records(1, 1, 10), records(2, 1, 10_000), records(3, 1, 10)].concat()
     );
 }
+
+/// Regression (CI, session 4): a roll that found no prepared file preallocated
+/// `next-segment.tmp` itself while the preparer thread, woken by the request made at a quarter
+/// full, opened the same name. The preparer then kept a handle to the file the flusher had just
+/// renamed into a live segment; the next roll failed ("rename next-segment.tmp: not found") and
+/// on a real file system it would have reset or overwritten that segment. The race needs an
+/// unlucky schedule (seen once, in a loaded CI run); this test makes it as likely as it can
+/// without hooks: every append fills most of a 1 KiB segment, so every append rolls right after
+/// a request, eight logs run at once, and reopening starts a new preparer with a request
+/// already pending.
+#[test]
+fn rolls_racing_the_preparer_keep_every_record() {
+    let logs: Vec<_> = (0..8u64)
+        .map(|seed| {
+            std::thread::spawn(move || {
+                let vfs = FaultVfs::new(seed + 1);
+                let mut log = fault_log(&vfs, 1024).unwrap();
+                for i in 1..=300u64 {
+                    append_wait(&log, records(i, 1, 700)).unwrap();
+                    if i % 3 == 0 {
+                        // Reopened at more than a quarter full, the log asks its new preparer
+                        // thread for a file at once, and the next append rolls.
+                        drop(log);
+                        log = fault_log(&vfs, 1024).unwrap();
+                    }
+                }
+                let expected = records(1, 300, 700);
+                assert_eq!(read_all(&log), expected);
+                drop(log);
+                let log = fault_log(&vfs, 1024).unwrap();
+                assert_eq!(read_all(&log), expected, "after reopen (log {seed})");
+                assert!(segments(&vfs).len() >= 300, "every append rolled a segment");
+            })
+        })
+        .collect();
+    for t in logs {
+        t.join().unwrap();
+    }
+}
