@@ -122,8 +122,10 @@ pub struct EngineOptions {
 /// A storage engine: an ordered map of byte keys to byte values, plus a metadata blob stored
 /// atomically with the data.
 ///
-/// Concurrency: readers (`get`, `scan`) may run on any thread at any time; writers (`write`,
-/// `checkpoint`, `replace_all`) are called from one thread at a time (the state machine's).
+/// Concurrency: readers (`get`, `scan`) may run on any thread at any time; `write` and
+/// `replace_all` are called from one thread at a time (the state machine's); `checkpoint` may
+/// run on another thread beside them (the fractal tree then writes its snapshot while writes go
+/// on; sled's flush and the in-memory model are thread safe as they are).
 pub trait Engine: Send + Sync + 'static {
     /// Which engine this is.
     fn kind(&self) -> EngineKind;

@@ -3,13 +3,16 @@
 //! - [`msg`]: messages with MSNs and the per-child message buffers.
 //! - [`node`]: internal nodes (pivots + buffers) and leaves (basement nodes).
 //! - [`tree`]: injection, flushing, splits/merges, reads, bulk load, integrity walk.
-//! - [`store`]: copy-on-write blocks, block translation table, headers, allocator, cachetable.
+//! - [`store`]: copy-on-write blocks, block translation table, headers, cachetable, checkpoints.
+//! - `space`: the block allocator and which checkpoints still claim which blocks.
 //! - [`codec`]: the on-disk encoding (documented byte by byte in `node/engine/FORMAT.md`).
 //!
 //! One file `tree.ftkv` in the engine directory holds everything. Writes become messages
 //! injected at the root; [`Engine::checkpoint`] writes dirty nodes to fresh blocks and commits
 //! the BTT (with the metadata blob) under the alternate header, so a reopen returns exactly the
-//! last checkpoint. All I/O goes through [`ftkv_vfs::Vfs`], so crash tests run on `FaultVfs`.
+//! last checkpoint. A checkpoint holds the engine lock only to take references to the dirty
+//! nodes and to adopt the written blocks afterwards; encoding, writing and syncing run beside
+//! the writers, which copy a node the checkpoint still holds before changing it. All I/O goes through [`ftkv_vfs::Vfs`], so crash tests run on `FaultVfs`.
 //!
 //! Reads: a point read collects the messages for its key from each ancestor buffer (skipping
 //! buffers whose key filter rules the key out) and applies those newer than the basement's
@@ -35,10 +38,13 @@
 //! concurrently under the shared lock (CLOCK counts are atomics); a read that misses retries
 //! under the exclusive lock, loading nodes and evicting. Writes take the exclusive lock.
 
+#[cfg(test)]
+mod checkpoint_tests;
 pub mod codec;
 pub mod filter;
 pub mod msg;
 pub mod node;
+mod space;
 pub mod store;
 pub mod tree;
 
@@ -46,12 +52,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ftkv_vfs::{Vfs, VfsFile};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use self::codec::{decode_btt, decode_header, BlockLoc, BttImage, Header, HEADER_BYTES, HEADER_SLOT_BYTES};
 use self::msg::{Msg, PointOp, RangeMsg, RangeOp};
 use self::node::{Leaf, Node};
-use self::store::Store;
+use self::store::{CheckpointStats, Store};
 use self::tree::Tree;
 pub use self::tree::TreeParams;
 use crate::{Engine, EngineError, EngineKind, EngineOptions, IntegrityReport, KeyValue, Result, WriteOp};
@@ -64,6 +70,10 @@ const TREE_TMP_NAME: &str = "tree.ftkv.tmp";
 pub struct FractalEngine {
     inner: RwLock<Inner>,
     path: PathBuf,
+    /// Serializes checkpoints (and bulk loads, which end with one); taken before `inner`.
+    checkpoint_lock: Mutex<()>,
+    /// Figures of the last checkpoint.
+    last_checkpoint: Mutex<Option<CheckpointStats>>,
 }
 
 struct Inner {
@@ -104,6 +114,8 @@ impl FractalEngine {
                 poisoned: false,
             }),
             path,
+            checkpoint_lock: Mutex::new(()),
+            last_checkpoint: Mutex::new(None),
         })
     }
 
@@ -125,6 +137,13 @@ impl FractalEngine {
     /// Spilled-run counters since open.
     pub fn spill_stats(&self) -> tree::SpillStats {
         self.inner.read().tree.spill_stats
+    }
+
+    /// Figures of the last checkpoint taken through [`Engine::checkpoint`] (`None` before the
+    /// first): nodes and bytes written, and how long the engine lock was held at its begin and
+    /// finish (the only pauses writers see) against the time spent writing beside them.
+    pub fn last_checkpoint_stats(&self) -> Option<CheckpointStats> {
+        *self.last_checkpoint.lock()
     }
 
     /// Bytes of nodes currently cached.
@@ -361,10 +380,32 @@ impl Engine for FractalEngine {
     }
 
     fn checkpoint(&self) -> Result<()> {
-        self.inner.write().mutate(Tree::checkpoint)
+        let _serial = self.checkpoint_lock.lock();
+        let job = {
+            let mut inner = self.inner.write();
+            if inner.poisoned {
+                return Err(EngineError::Poisoned);
+            }
+            inner.tree.begin_checkpoint()
+        };
+        // Encoding, writing and syncing: readers and writers go on meanwhile.
+        match job.run() {
+            Ok(done) => {
+                let stats = self.inner.write().mutate(|t| t.store.finish_checkpoint(done))?;
+                *self.last_checkpoint.lock() = Some(stats);
+                Ok(())
+            }
+            Err(e) => {
+                let mut inner = self.inner.write();
+                inner.tree.store.abort_checkpoint();
+                inner.poisoned = true;
+                Err(e)
+            }
+        }
     }
 
     fn replace_all(&self, pairs: &mut dyn Iterator<Item = Result<KeyValue>>, meta: &[u8]) -> Result<()> {
+        let _serial = self.checkpoint_lock.lock();
         let mut inner = self.inner.write();
         if inner.poisoned {
             return Err(EngineError::Poisoned);

@@ -3,28 +3,38 @@
 //! CLOCK-evicted node cache with a byte budget (PerconaFT `ft/serialize/block_table.cc`,
 //! `ft/cachetable/cachetable.cc`).
 //!
-//! Space rules: a block referenced by one of the last two durable checkpoints is never
-//! overwritten; when its node is rewritten or deleted, the block waits in `pending_free` until
-//! the next checkpoint commits and in `pending_older` for one more (so a damaged newest header
-//! can fall back to the previous checkpoint intact). Blocks written and superseded between two checkpoints are reused at once. Free space
-//! at the end of the file is cut off with `set_len`, so a steady overwrite workload reuses space
-//! instead of growing the file.
+//! Space rules ([`super::space`]): a block referenced by one of the last two durable checkpoints
+//! or by the checkpoint being written is never overwritten; blocks written and superseded
+//! between two checkpoints are reused at once. Free space at the end of the file is cut off with
+//! `set_len` at each commit, so a steady overwrite workload reuses space instead of growing the
+//! file.
+//!
+//! Checkpoints do not stop the world (PerconaFT's "checkpoint pending" clones,
+//! `ft/cachetable/checkpoint.cc`): [`Store::begin_checkpoint`] takes a reference to every dirty
+//! node (nodes are shared `Arc`s; a writer that modifies one while the checkpoint holds it
+//! copies it first) and a copy of the BTT; [`CheckpointJob::run`] encodes, writes and syncs them
+//! and the new BTT and header without the engine lock; [`Store::finish_checkpoint`] adopts the
+//! written blocks of nodes nobody changed meanwhile.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
 
 use ftkv_vfs::VfsFile;
 
 use super::codec::{
-    align_up, decode_basement_partition, decode_buffer_partition, decode_internal_info, decode_leaf_pivots,
+    decode_basement_partition, decode_buffer_partition, decode_internal_info, decode_leaf_pivots,
     decode_node, decode_node_index, decode_partition, decode_run_range, encode_btt, encode_header,
     encode_node, node_header_len, BlockLoc, BttImage, Header, InternalInfo, NodeIndex, PartEntry, DATA_START,
     HEADER_SLOT_BYTES, NODE_FIXED_HEADER_BYTES,
 };
 use super::msg::{Buffer, Msg, Msn};
 use super::node::{child_index, Basement, Node, NodeId};
+use super::space::Space;
 use crate::{EngineError, Result};
 
 /// Write batches a dirty node must stay unmodified before the incremental writer takes it.
@@ -34,7 +44,8 @@ const IDLE_EPOCHS: u64 = 8;
 const CLOCK_MAX: u8 = 3;
 
 struct Entry {
-    node: Node,
+    /// Shared with a checkpoint in progress while it writes this node (then copied on take).
+    node: Arc<Node>,
     dirty: bool,
     /// CLOCK count; atomic so readers under a shared lock can mark use.
     clock: AtomicU8,
@@ -71,20 +82,12 @@ pub struct Store {
     compression_level: Option<i32>,
     /// Current node map (durable entries plus blocks written since the last checkpoint).
     btt: HashMap<NodeId, BlockLoc>,
-    /// Offsets of every block the last durable checkpoint references (nodes and its BTT block).
-    durable_offsets: HashSet<u64>,
-    /// Extents the durable checkpoint references but the current tree no longer does.
-    pending_free: Vec<(u64, u64)>,
-    /// Extents only the checkpoint before the durable one references: kept one more checkpoint
-    /// so a damaged newest header can fall back to it.
-    pending_older: Vec<(u64, u64)>,
-    /// Free extents `offset -> length` below `end`, coalesced.
-    free: BTreeMap<u64, u64>,
-    /// End of the allocated area (the file is cut back to here at checkpoints).
-    end: u64,
-    durable_btt: Option<BlockLoc>,
+    /// Free extents and the checkpoints' claims on blocks; shared with a checkpoint in progress.
+    space: Arc<Mutex<Space>>,
     /// Counter of the last durable checkpoint.
     counter: u64,
+    /// A checkpoint has begun and not finished.
+    checkpoint_running: bool,
     cache: HashMap<NodeId, Entry>,
     ring: Vec<NodeId>,
     ring_members: HashSet<NodeId>,
@@ -158,18 +161,35 @@ impl Store {
         image: Option<(&BttImage, BlockLoc)>,
         previous: Option<(&BttImage, BlockLoc)>,
     ) -> Self {
-        let mut s = Store {
+        let live: Vec<(u64, u64)> = image
+            .map(|(img, _)| {
+                img.entries
+                    .iter()
+                    .map(|(_, l)| (l.offset, l.alloc_bytes()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let claims = |c: Option<(&BttImage, BlockLoc)>| -> Vec<(u64, u64)> {
+            c.map(|(img, loc)| {
+                img.entries
+                    .iter()
+                    .map(|(_, l)| (l.offset, l.alloc_bytes()))
+                    .chain(std::iter::once((loc.offset, loc.alloc_bytes())))
+                    .collect()
+            })
+            .unwrap_or_default()
+        };
+        let space = Space::new(&live, &claims(image), &claims(previous));
+        Store {
             file,
             path,
             compression_level,
-            btt: HashMap::new(),
-            durable_offsets: HashSet::new(),
-            pending_free: Vec::new(),
-            pending_older: Vec::new(),
-            free: BTreeMap::new(),
-            end: DATA_START,
-            durable_btt: None,
-            counter: 0,
+            btt: image
+                .map(|(img, _)| img.entries.iter().copied().collect())
+                .unwrap_or_default(),
+            space: Arc::new(Mutex::new(space)),
+            counter: image.map_or(0, |(img, _)| img.counter),
+            checkpoint_running: false,
             cache: HashMap::new(),
             ring: Vec::new(),
             ring_members: HashSet::new(),
@@ -182,61 +202,7 @@ impl Store {
             dirty_bytes: 0,
             partial_stats: PartialReadStats::default(),
             write_epoch: 0,
-        };
-        if let Some((img, loc)) = image {
-            s.counter = img.counter;
-            s.btt = img.entries.iter().copied().collect();
-            s.durable_btt = Some(loc);
-            if let Some((prev, prev_loc)) = previous {
-                let mut older: Vec<(u64, u64)> = prev
-                    .entries
-                    .iter()
-                    .map(|(_, l)| (l.offset, l.alloc_bytes()))
-                    .collect();
-                older.push((prev_loc.offset, prev_loc.alloc_bytes()));
-                let current: HashSet<u64> = img
-                    .entries
-                    .iter()
-                    .map(|(_, l)| l.offset)
-                    .chain(std::iter::once(loc.offset))
-                    .collect();
-                older.retain(|(o, _)| !current.contains(o));
-                older.sort_unstable();
-                older.dedup();
-                s.pending_older = older;
-            }
-            s.rebuild_allocator();
         }
-        s
-    }
-
-    /// Recomputes the free list and `end` from the BTT and the durable BTT block.
-    fn rebuild_allocator(&mut self) {
-        let mut used: Vec<(u64, u64)> = self.btt.values().map(|l| (l.offset, l.alloc_bytes())).collect();
-        if let Some(b) = self.durable_btt {
-            used.push((b.offset, b.alloc_bytes()));
-        }
-        self.durable_offsets = used.iter().map(|(o, _)| *o).collect();
-        // Blocks of the previous checkpoint must not overlap the current one's; if a damaged
-        // older image claims overlapping space, forget it rather than corrupt the allocator.
-        let mut with_older = used.clone();
-        with_older.extend(self.pending_older.iter().copied());
-        with_older.sort_unstable();
-        if with_older.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0) {
-            self.pending_older.clear();
-        } else {
-            used = with_older;
-        }
-        used.sort_unstable();
-        self.free.clear();
-        let mut cursor = DATA_START;
-        for (off, len) in used {
-            if off > cursor {
-                self.free.insert(cursor, off - cursor);
-            }
-            cursor = cursor.max(off + len);
-        }
-        self.end = cursor;
     }
 
     /// Counter of the last durable checkpoint.
@@ -294,18 +260,12 @@ impl Store {
         for (id, l) in &self.btt {
             spans.push((l.offset, l.alloc_bytes(), format!("node {id}")));
         }
-        if let Some(b) = self.durable_btt {
-            spans.push((b.offset, b.alloc_bytes(), "BTT".into()));
+        let space = self.space.lock();
+        for (o, l, what) in space.spans() {
+            spans.push((o, l, what.to_string()));
         }
-        for (o, l) in &self.pending_free {
-            spans.push((*o, *l, "pending-free".into()));
-        }
-        for (o, l) in &self.pending_older {
-            spans.push((*o, *l, "previous-checkpoint".into()));
-        }
-        for (o, l) in &self.free {
-            spans.push((*o, *l, "free".into()));
-        }
+        let end = space.end();
+        drop(space);
         spans.sort_by_key(|s| s.0);
         let mut prev_end = DATA_START;
         let mut prev_name = "headers".to_string();
@@ -313,8 +273,8 @@ impl Store {
             if o < prev_end {
                 return Err(format!("{name} at {o} overlaps {prev_name} ending at {prev_end}"));
             }
-            if o + l > self.end {
-                return Err(format!("{name} at {o}+{l} beyond allocated end {}", self.end));
+            if o + l > end {
+                return Err(format!("{name} at {o}+{l} beyond allocated end {end}"));
             }
             prev_end = o + l;
             prev_name = name;
@@ -326,49 +286,8 @@ impl Store {
     // Allocation
     // --------------------------------------------------------------------------------------
 
-    fn alloc(&mut self, len: u64) -> u64 {
-        let len = align_up(len.max(1));
-        let found = self.free.iter().find(|(_, l)| **l >= len).map(|(o, l)| (*o, *l));
-        if let Some((off, flen)) = found {
-            self.free.remove(&off);
-            if flen > len {
-                self.free.insert(off + len, flen - len);
-            }
-            return off;
-        }
-        let off = self.end;
-        self.end += len;
-        off
-    }
-
-    fn free_extent(&mut self, mut off: u64, mut len: u64) {
-        if len == 0 {
-            return;
-        }
-        if let Some((&po, &pl)) = self.free.range(..off).next_back() {
-            if po + pl == off {
-                self.free.remove(&po);
-                off = po;
-                len += pl;
-            }
-        }
-        if let Some(&nl) = self.free.get(&(off + len)) {
-            self.free.remove(&(off + len));
-            len += nl;
-        }
-        if off + len >= self.end {
-            self.end = off;
-        } else {
-            self.free.insert(off, len);
-        }
-    }
-
     fn release(&mut self, loc: BlockLoc) {
-        if self.durable_offsets.contains(&loc.offset) {
-            self.pending_free.push((loc.offset, loc.alloc_bytes()));
-        } else {
-            self.free_extent(loc.offset, loc.alloc_bytes());
-        }
+        self.space.lock().release(loc.offset, loc.alloc_bytes());
     }
 
     // --------------------------------------------------------------------------------------
@@ -424,14 +343,14 @@ impl Store {
     fn write_encoded(&mut self, id: NodeId, enc: Vec<u8>) -> Result<()> {
         let size = u32::try_from(enc.len())
             .map_err(|_| EngineError::InvalidArgument(format!("node {id} encodes to {} bytes", enc.len())))?;
-        let offset = self.alloc(enc.len() as u64);
+        let offset = self.space.lock().alloc(enc.len() as u64);
         let loc = BlockLoc {
             offset,
             size,
             crc: crc32c::crc32c(&enc),
         };
         if let Err(source) = self.file.write_all_at(&enc, offset) {
-            self.free_extent(offset, loc.alloc_bytes());
+            self.space.lock().unalloc(offset, loc.alloc_bytes());
             return Err(EngineError::Io {
                 context: format!("write node {id} @ {offset}"),
                 source,
@@ -507,7 +426,7 @@ impl Store {
         match self.cache.get_mut(&id) {
             Some(e) => {
                 bump(&e.clock);
-                Ok(&e.node)
+                Ok(&*e.node)
             }
             None => Err(EngineError::Corruption {
                 location: format!("{} cache", self.path.display()),
@@ -791,7 +710,7 @@ impl Store {
     pub fn peek(&self, id: NodeId) -> Option<&Node> {
         self.cache.get(&id).map(|e| {
             bump(&e.clock);
-            &e.node
+            &*e.node
         })
     }
 
@@ -815,7 +734,7 @@ impl Store {
         if let Some(old) = self.cache.insert(
             id,
             Entry {
-                node,
+                node: Arc::new(node),
                 dirty,
                 clock: AtomicU8::new(clock),
                 bytes,
@@ -831,7 +750,8 @@ impl Store {
     /// whether it was dirty. Put it back with [`Store::put`].
     pub fn take(&mut self, id: NodeId) -> Result<Node> {
         match self.remove_entry(id) {
-            Some(e) => Ok(e.node),
+            // Copied only when a checkpoint in progress still holds it.
+            Some(e) => Ok(Arc::unwrap_or_clone(e.node)),
             None => self.read_node(id),
         }
     }
@@ -934,24 +854,6 @@ impl Store {
         Ok(())
     }
 
-    /// Writes every dirty cached node (copy-on-write) and marks it clean.
-    pub fn write_dirty(&mut self) -> Result<()> {
-        let mut dirty: Vec<NodeId> = self
-            .cache
-            .iter()
-            .filter(|(_, e)| e.dirty)
-            .map(|(id, _)| *id)
-            .collect();
-        dirty.sort_unstable();
-        for id in dirty {
-            let Some(e) = self.cache.get(&id) else { continue };
-            let enc = encode_node(id, &e.node, self.compression_level)?;
-            self.write_encoded(id, enc)?;
-            self.mark_clean(id);
-        }
-        Ok(())
-    }
-
     fn mark_clean(&mut self, id: NodeId) {
         if let Some(e) = self.cache.get_mut(&id) {
             if e.dirty {
@@ -997,65 +899,268 @@ impl Store {
         Ok(())
     }
 
-    /// Commits a checkpoint: writes the BTT block (with `root`, counters and `meta`), syncs,
-    /// writes the alternate header, syncs. Only then are blocks of the previous checkpoint freed.
-    /// Every dirty node must have been written first ([`Store::write_dirty`]).
-    pub fn commit(
+    /// Starts a checkpoint of the tree as it is now (`root`, counters and `meta`): takes a
+    /// reference to every dirty node and a copy of the BTT. Costs memory references only, no
+    /// I/O: the engine lock is held for well under a millisecond per thousand nodes. Until
+    /// [`Store::finish_checkpoint`], the blocks the checkpoint refers to are kept.
+    ///
+    /// Panics if a checkpoint is already in progress (callers serialize checkpoints).
+    pub fn begin_checkpoint(
         &mut self,
         root: NodeId,
         next_msn: Msn,
         next_node_id: NodeId,
         meta: Option<Vec<u8>>,
-    ) -> Result<()> {
-        let counter = self.counter + 1;
-        let mut entries: Vec<(NodeId, BlockLoc)> = self.btt.iter().map(|(k, v)| (*k, *v)).collect();
-        entries.sort_unstable_by_key(|e| e.0);
-        let img = BttImage {
-            counter,
+    ) -> CheckpointJob {
+        assert!(
+            !self.checkpoint_running,
+            "checkpoints are serialized by the engine"
+        );
+        let started = Instant::now();
+        self.checkpoint_running = true;
+        let mut nodes: Vec<PendingNode> = self
+            .cache
+            .iter()
+            .filter(|(_, e)| e.dirty)
+            .map(|(id, e)| PendingNode {
+                id: *id,
+                node: Arc::clone(&e.node),
+                loc_at_begin: self.btt.get(id).copied(),
+            })
+            .collect();
+        nodes.sort_unstable_by_key(|n| n.id);
+        let dirty: HashSet<NodeId> = nodes.iter().map(|n| n.id).collect();
+        let clean: Vec<(NodeId, BlockLoc)> = self
+            .btt
+            .iter()
+            .filter(|(id, _)| !dirty.contains(id))
+            .map(|(id, l)| (*id, *l))
+            .collect();
+        self.space.lock().begin(clean.iter().map(|(_, l)| l.offset));
+        CheckpointJob {
+            file: Arc::clone(&self.file),
+            path: self.path.clone(),
+            compression_level: self.compression_level,
+            space: Arc::clone(&self.space),
+            counter: self.counter + 1,
             root,
             next_msn,
             next_node_id,
             meta,
+            clean,
+            nodes,
+            begin_us: started.elapsed().as_micros() as u64,
+        }
+    }
+
+    /// Ends a checkpoint [`CheckpointJob::run`] wrote: the nodes nobody modified or rewrote
+    /// since [`Store::begin_checkpoint`] now live in the blocks the checkpoint wrote (and are
+    /// clean); the others keep their newer state and the checkpoint's copies are released. Then
+    /// the space forgets the checkpoint before the previous one, and the file is cut back to
+    /// the allocated end. Memory work plus one `set_len`.
+    ///
+    /// Errors: `Io` when the file length cannot be read or cut.
+    pub fn finish_checkpoint(&mut self, done: CheckpointDone) -> Result<CheckpointStats> {
+        let started = Instant::now();
+        let mut stats = done.stats;
+        for w in done.written {
+            let unchanged = self
+                .cache
+                .get(&w.id)
+                .is_some_and(|e| Arc::ptr_eq(&e.node, &w.node))
+                && self.btt.get(&w.id).copied() == w.loc_at_begin;
+            if unchanged {
+                self.btt.insert(w.id, w.loc);
+                if let Some(old) = w.loc_at_begin {
+                    self.release(old);
+                }
+                self.mark_clean(w.id);
+                stats.adopted += 1;
+            } else {
+                self.release(w.loc);
+            }
+        }
+        self.counter = done.counter;
+        self.checkpoint_running = false;
+        let end = {
+            let mut space = self.space.lock();
+            space.commit();
+            space.end()
+        };
+        let file_len = self.file_len()?;
+        if file_len > end {
+            self.file.set_len(end).map_err(io_err("truncate tree file"))?;
+        }
+        stats.finish_us = started.elapsed().as_micros() as u64;
+        Ok(stats)
+    }
+
+    /// Forgets a checkpoint whose [`CheckpointJob::run`] failed (the engine is poisoned; the
+    /// file still holds the previous checkpoint).
+    pub fn abort_checkpoint(&mut self) {
+        self.checkpoint_running = false;
+        self.space.lock().abort();
+    }
+
+    /// Writes a whole checkpoint on the calling thread (begin, run, finish).
+    pub fn checkpoint(
+        &mut self,
+        root: NodeId,
+        next_msn: Msn,
+        next_node_id: NodeId,
+        meta: Option<Vec<u8>>,
+    ) -> Result<CheckpointStats> {
+        let job = self.begin_checkpoint(root, next_msn, next_node_id, meta);
+        match job.run() {
+            Ok(done) => self.finish_checkpoint(done),
+            Err(e) => {
+                self.abort_checkpoint();
+                Err(e)
+            }
+        }
+    }
+}
+
+/// A dirty node as a checkpoint found it.
+struct PendingNode {
+    id: NodeId,
+    node: Arc<Node>,
+    /// Its BTT entry then (`None` for a node never written).
+    loc_at_begin: Option<BlockLoc>,
+}
+
+/// A node the checkpoint wrote.
+pub struct WrittenNode {
+    id: NodeId,
+    node: Arc<Node>,
+    loc_at_begin: Option<BlockLoc>,
+    loc: BlockLoc,
+}
+
+/// A checkpoint between [`Store::begin_checkpoint`] and [`Store::finish_checkpoint`]: the
+/// snapshot to write. Holds no engine lock; run it on any thread.
+pub struct CheckpointJob {
+    file: Arc<dyn VfsFile>,
+    path: PathBuf,
+    compression_level: Option<i32>,
+    space: Arc<Mutex<Space>>,
+    counter: u64,
+    root: NodeId,
+    next_msn: Msn,
+    next_node_id: NodeId,
+    meta: Option<Vec<u8>>,
+    /// BTT entries of nodes that were clean at the begin (their blocks are already written).
+    clean: Vec<(NodeId, BlockLoc)>,
+    /// Dirty nodes to write, by id.
+    nodes: Vec<PendingNode>,
+    begin_us: u64,
+}
+
+/// What [`CheckpointJob::run`] wrote, for [`Store::finish_checkpoint`].
+pub struct CheckpointDone {
+    counter: u64,
+    written: Vec<WrittenNode>,
+    stats: CheckpointStats,
+}
+
+/// Figures of one checkpoint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CheckpointStats {
+    /// Checkpoint counter committed.
+    pub counter: u64,
+    /// Dirty nodes written.
+    pub nodes_written: u64,
+    /// Bytes written (node blocks and the BTT block).
+    pub bytes_written: u64,
+    /// Written nodes adopted by the live tree (unchanged while the checkpoint ran).
+    pub adopted: u64,
+    /// Time the begin held the engine lock, in microseconds.
+    pub begin_us: u64,
+    /// Time writing and syncing took (engine lock not held), in microseconds.
+    pub write_us: u64,
+    /// Time the finish held the engine lock, in microseconds.
+    pub finish_us: u64,
+}
+
+impl CheckpointJob {
+    /// Encodes and writes every node of the snapshot to fresh blocks, then the BTT block, syncs,
+    /// writes the alternate header and syncs again: the checkpoint is durable when this
+    /// returns. Takes only the space mutex (per allocation), never the engine lock.
+    ///
+    /// Errors: `Io` for a failed write or sync (the engine must then stop writing: the caller
+    /// poisons it); `InvalidArgument` for a node or BTT above 4 GiB encoded.
+    pub fn run(mut self) -> Result<CheckpointDone> {
+        let started = Instant::now();
+        let mut stats = CheckpointStats {
+            counter: self.counter,
+            begin_us: self.begin_us,
+            ..CheckpointStats::default()
+        };
+        let mut entries = self.clean.clone();
+        let mut written = Vec::with_capacity(self.nodes.len());
+        for n in std::mem::take(&mut self.nodes) {
+            let enc = encode_node(n.id, &n.node, self.compression_level)?;
+            let loc = self.write_block(&enc, || format!("checkpoint node {}", n.id))?;
+            stats.nodes_written += 1;
+            stats.bytes_written += enc.len() as u64;
+            entries.push((n.id, loc));
+            written.push(WrittenNode {
+                id: n.id,
+                node: n.node,
+                loc_at_begin: n.loc_at_begin,
+                loc,
+            });
+        }
+        entries.sort_unstable_by_key(|e| e.0);
+        let img = BttImage {
+            counter: self.counter,
+            root: self.root,
+            next_msn: self.next_msn,
+            next_node_id: self.next_node_id,
+            meta: self.meta.take(),
             entries,
         };
         let enc = encode_btt(&img);
-        let size = u32::try_from(enc.len())
-            .map_err(|_| EngineError::InvalidArgument(format!("BTT encodes to {} bytes", enc.len())))?;
-        let offset = self.alloc(enc.len() as u64);
-        let loc = BlockLoc {
-            offset,
-            size,
-            crc: crc32c::crc32c(&enc),
-        };
-        self.file
-            .write_all_at(&enc, offset)
-            .map_err(io_err("write BTT"))?;
+        let btt_loc = self.write_block(&enc, || "BTT".to_string())?;
+        stats.bytes_written += enc.len() as u64;
         self.file
             .sync_data()
             .map_err(io_err("sync tree file before header"))?;
-        let header = encode_header(&Header { counter, btt: loc });
-        let slot = (counter % 2) * HEADER_SLOT_BYTES;
+        let header = encode_header(&Header {
+            counter: self.counter,
+            btt: btt_loc,
+        });
+        let slot = (self.counter % 2) * HEADER_SLOT_BYTES;
         self.file
             .write_all_at(&header, slot)
             .map_err(io_err("write header"))?;
         self.file.sync_data().map_err(io_err("sync header"))?;
-        // Durable. Release what only the previous checkpoint referenced.
-        self.counter = counter;
-        for (o, l) in std::mem::take(&mut self.pending_older) {
-            self.free_extent(o, l);
-        }
-        self.pending_older = std::mem::take(&mut self.pending_free);
-        if let Some(old) = self.durable_btt.replace(loc) {
-            self.pending_older.push((old.offset, old.alloc_bytes()));
-        }
-        self.durable_offsets = self.btt.values().map(|l| l.offset).collect();
-        self.durable_offsets.insert(loc.offset);
-        let file_len = self.file_len()?;
-        if file_len > self.end {
-            self.file
-                .set_len(self.end)
-                .map_err(io_err("truncate tree file"))?;
-        }
-        Ok(())
+        // The BTT block is never part of the live tree: it waits until no checkpoint needs it.
+        self.space.lock().release(btt_loc.offset, btt_loc.alloc_bytes());
+        stats.write_us = started.elapsed().as_micros() as u64;
+        Ok(CheckpointDone {
+            counter: self.counter,
+            written,
+            stats,
+        })
+    }
+
+    /// Writes `enc` to a block the checkpoint in progress claims.
+    fn write_block(&self, enc: &[u8], what: impl Fn() -> String) -> Result<BlockLoc> {
+        let size = u32::try_from(enc.len()).map_err(|_| {
+            EngineError::InvalidArgument(format!("{} encodes to {} bytes", what(), enc.len()))
+        })?;
+        let offset = self.space.lock().alloc_for_checkpoint(enc.len() as u64);
+        self.file
+            .write_all_at(enc, offset)
+            .map_err(|source| EngineError::Io {
+                context: format!("write {} @ {offset} of {}", what(), self.path.display()),
+                source,
+            })?;
+        Ok(BlockLoc {
+            offset,
+            size,
+            crc: crc32c::crc32c(enc),
+        })
     }
 }

@@ -10,7 +10,7 @@ use super::msg::{apply_point, apply_range, key_hash, Buffer, Msg, Msn, PointOp, 
 use super::node::{
     child_bounds, child_index, chunk_entries, split_entries_even, Basement, Internal, Leaf, Node, NodeId,
 };
-use super::store::Store;
+use super::store::{CheckpointJob, Store};
 use crate::{EngineError, IntegrityReport, KeyValue, Result};
 
 /// Shape parameters of a fractal tree (PerconaFT defaults in `ft/ft-internal.h`).
@@ -984,11 +984,18 @@ impl Tree {
     // Checkpoint, bulk load
     // --------------------------------------------------------------------------------------
 
-    /// Writes every dirty node, then commits the BTT, metadata and header.
+    /// Writes every dirty node, then commits the BTT, metadata and header, on this thread.
     pub fn checkpoint(&mut self) -> Result<()> {
-        self.store.write_dirty()?;
         self.store
-            .commit(self.root, self.next_msn, self.next_node_id, self.meta.clone())
+            .checkpoint(self.root, self.next_msn, self.next_node_id, self.meta.clone())
+            .map(|_| ())
+    }
+
+    /// Starts a checkpoint of the tree as it is now; run the job without the engine lock, then
+    /// hand its result to [`Store::finish_checkpoint`] (see [`Store::begin_checkpoint`]).
+    pub fn begin_checkpoint(&mut self) -> CheckpointJob {
+        self.store
+            .begin_checkpoint(self.root, self.next_msn, self.next_node_id, self.meta.clone())
     }
 
     /// Builds a fresh tree bottom-up from sorted `pairs` (leaves filled to 7/8 of the node size,
