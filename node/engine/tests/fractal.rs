@@ -598,6 +598,10 @@ fn spilled_runs_keep_reads_exact_and_survive_reopen() {
     assert!(report.height >= 3, "{report:?}");
     let st = e.spill_stats();
     assert!(st.runs_spilled > 0 && st.runs_merged > 0, "{st:?}");
+    // Lookups read runs one frame at a time (each read here is one key or a short scan).
+    let pr = e.partial_read_stats();
+    assert!(pr.run_frame_reads > 0, "{pr:?}");
+    assert!(pr.run_frames < 2 * pr.run_frame_reads, "{pr:?}");
     e.checkpoint().unwrap();
     drop(e);
     let e = open();

@@ -9,7 +9,7 @@ use crate::ops::UpsertOp;
 use crate::{EngineError, Result};
 
 /// Format version written and read by this build.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// Bytes of each of the two header slots (at offsets 0 and `HEADER_SLOT_BYTES`).
 pub const HEADER_SLOT_BYTES: u64 = 4096;
 /// First byte of the block area.
@@ -455,65 +455,189 @@ fn decode_buffer(raw: &[u8]) -> Result<Buffer, Detail> {
     Ok(buf)
 }
 
-/// Encodes a spilled run (point messages sorted by (key, MSN)): a 36-byte header (magic
-/// `FTKVRUN\0`, u32 version, u64 run id, u8 compressed, 3 zero bytes, u32 raw payload length,
-/// u32 message count, u32 crc32c of the 32 bytes before) and the payload, zstd-compressed or raw:
-/// per message u64 MSN, u8 tag (1 Put, 2 Delete, 3 Upsert), key, value or op.
-pub fn encode_run(id: u64, msgs: &[Msg], level: Option<i32>) -> Result<Vec<u8>> {
-    let mut p = W(Vec::with_capacity(msgs.iter().map(Msg::size_bytes).sum()));
-    for m in msgs {
-        let Msg::Point { msn, key, op } = m else {
-            return Err(EngineError::InvalidArgument(
-                "range message in a spilled run".into(),
-            ));
-        };
-        p.u64(*msn);
-        match op {
-            PointOp::Put(v) => {
-                p.u8(1);
-                p.bytes(key);
-                p.bytes(v);
-            }
-            PointOp::Delete => {
-                p.u8(2);
-                p.bytes(key);
-            }
-            PointOp::Upsert(u) => {
-                p.u8(3);
-                p.bytes(key);
-                encode_upsert(&mut p, u);
-            }
+/// Uncompressed bytes per frame of a run (format 3): a point lookup reads and decompresses one
+/// frame, not the whole run.
+pub const RUN_FRAME_RAW_BYTES: usize = 16 << 10;
+
+/// Fixed header bytes of a format-3 run block.
+pub const RUN_FIXED_HEADER_BYTES: usize = 40;
+
+/// Key of a message (a range message's start key; runs hold point messages only).
+fn msg_key(m: &Msg) -> &[u8] {
+    match m {
+        Msg::Point { key, .. } => key,
+        Msg::Range(r) => &r.start,
+    }
+}
+
+/// Encodes one message of a run payload.
+fn encode_run_msg(p: &mut W, m: &Msg) -> Result<()> {
+    let Msg::Point { msn, key, op } = m else {
+        return Err(EngineError::InvalidArgument(
+            "range message in a spilled run".into(),
+        ));
+    };
+    p.u64(*msn);
+    match op {
+        PointOp::Put(v) => {
+            p.u8(1);
+            p.bytes(key);
+            p.bytes(v);
+        }
+        PointOp::Delete => {
+            p.u8(2);
+            p.bytes(key);
+        }
+        PointOp::Upsert(u) => {
+            p.u8(3);
+            p.bytes(key);
+            encode_upsert(p, u);
         }
     }
-    let raw_len = p.0.len() as u32;
-    let payload = compress(p.0, level)?;
-    let mut w = W(Vec::with_capacity(RUN_HEADER_BYTES + payload.len()));
+    Ok(())
+}
+
+/// Encodes a spilled run (point messages sorted by (key, MSN)), format 3: a 40-byte fixed
+/// header (magic `FTKVRUN\0`, u32 version, u64 run id, u8 compressed, 3 zero bytes, u32 frame
+/// count, u32 message count, u32 frame index length, u32 crc32c of the 36 bytes before), the
+/// frame index (per frame: first key, u32 messages, u32 stored length, u32 raw length, u32
+/// crc32c of the stored bytes; then a u32 crc32c of the index), then the frames, each about
+/// [`RUN_FRAME_RAW_BYTES`] of messages (zstd-compressed or raw): per message u64 MSN, u8 tag (1
+/// Put, 2 Delete, 3 Upsert), key, value or op. A key's messages never straddle two frames.
+pub fn encode_run(id: u64, msgs: &[Msg], level: Option<i32>) -> Result<Vec<u8>> {
+    struct Frame {
+        first_key: Vec<u8>,
+        msgs: u32,
+        raw_len: u32,
+        stored: Vec<u8>,
+    }
+    let mut frames: Vec<Frame> = Vec::new();
+    let mut p = W(Vec::with_capacity(RUN_FRAME_RAW_BYTES + 1024));
+    let mut first_key: Option<&[u8]> = None;
+    let mut in_frame = 0u32;
+    let mut finish = |p: &mut W, first: &[u8], n: u32| -> Result<()> {
+        let raw = std::mem::replace(&mut p.0, Vec::with_capacity(RUN_FRAME_RAW_BYTES + 1024));
+        let raw_len = raw.len() as u32;
+        frames.push(Frame {
+            first_key: first.to_vec(),
+            msgs: n,
+            raw_len,
+            stored: compress(raw, level)?,
+        });
+        Ok(())
+    };
+    for (i, m) in msgs.iter().enumerate() {
+        let key = msg_key(m);
+        // Cut only between two keys, once the frame is full.
+        if let Some(fk) = first_key {
+            if p.0.len() >= RUN_FRAME_RAW_BYTES && msgs.get(i.wrapping_sub(1)).map(msg_key) != Some(key) {
+                finish(&mut p, fk, in_frame)?;
+                first_key = None;
+                in_frame = 0;
+            }
+        }
+        if first_key.is_none() {
+            first_key = Some(key);
+        }
+        encode_run_msg(&mut p, m)?;
+        in_frame += 1;
+    }
+    if let Some(fk) = first_key {
+        finish(&mut p, fk, in_frame)?;
+    }
+    let mut index = W::default();
+    for f in &frames {
+        index.bytes(&f.first_key);
+        index.u32(f.msgs);
+        index.u32(f.stored.len() as u32);
+        index.u32(f.raw_len);
+        index.u32(crc32c::crc32c(&f.stored));
+    }
+    let icrc = crc32c::crc32c(&index.0);
+    index.u32(icrc);
+    let mut w = W(Vec::with_capacity(
+        RUN_FIXED_HEADER_BYTES + index.0.len() + frames.iter().map(|f| f.stored.len()).sum::<usize>(),
+    ));
     w.0.extend_from_slice(RUN_MAGIC);
     w.u32(FORMAT_VERSION);
     w.u64(id);
     w.u8(u8::from(level.is_some()));
     w.0.extend_from_slice(&[0, 0, 0]);
-    w.u32(raw_len);
+    w.u32(frames.len() as u32);
     w.u32(msgs.len() as u32);
+    w.u32(index.0.len() as u32);
     let crc = crc32c::crc32c(&w.0);
     w.u32(crc);
-    debug_assert_eq!(w.0.len(), RUN_HEADER_BYTES);
-    w.0.extend_from_slice(&payload);
+    debug_assert_eq!(w.0.len(), RUN_FIXED_HEADER_BYTES);
+    w.0.extend_from_slice(&index.0);
+    for f in &frames {
+        w.0.extend_from_slice(&f.stored);
+    }
     Ok(w.0)
 }
 
-/// Decodes a run block read from `location` (its crc32c against the BTT is checked by the
-/// caller): the messages with keys in `[lo, hi)` (empty `lo` and no `hi`: all), stopping
-/// at the first key at or past `hi` (a point lookup allocates only its own messages). The
-/// header, payload length and the order of every message visited are still checked.
-pub fn decode_run_range(
-    buf: &[u8],
-    expect_id: u64,
-    location: &str,
-    lo: &[u8],
-    hi: Option<&[u8]>,
-) -> Result<Vec<Msg>> {
-    let res = (|| -> Result<Result<Vec<Msg>>, Detail> {
+/// One frame of a run, from its index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunFrame {
+    /// Key of the frame's first message.
+    pub first_key: Vec<u8>,
+    /// Messages in the frame.
+    pub msgs: u32,
+    /// Offset of the stored bytes from the block start.
+    pub offset: u64,
+    /// Stored (possibly compressed) length in bytes.
+    pub stored_len: u32,
+    /// Uncompressed length in bytes.
+    pub raw_len: u32,
+    /// crc32c of the stored bytes.
+    pub crc: u32,
+}
+
+/// A run block's fixed header and frame index: enough to read any one frame alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunIndex {
+    /// Format version of the block (frames carry crcs and first keys from version 3).
+    pub version: u32,
+    /// Frames are zstd-compressed.
+    pub compressed: bool,
+    /// Messages in the run.
+    pub msgs: u32,
+    /// Frames in key order (a version-2 run has one frame without a first key).
+    pub frames: Vec<RunFrame>,
+}
+
+impl RunIndex {
+    /// Bytes this index takes in memory (for cache accounting).
+    pub fn size_bytes(&self) -> usize {
+        64 + self.frames.iter().map(|f| 48 + f.first_key.len()).sum::<usize>()
+    }
+
+    /// The frames that can hold keys in `[lo, hi)` (`hi` None: unbounded), as an index range.
+    pub fn frames_for(&self, lo: &[u8], hi: Option<&[u8]>) -> std::ops::Range<usize> {
+        // The last frame starting at or before `lo` (a key's messages never straddle frames).
+        let start = self
+            .frames
+            .partition_point(|f| f.first_key.as_slice() <= lo)
+            .saturating_sub(1);
+        let end = match hi {
+            Some(h) => self.frames.partition_point(|f| f.first_key.as_slice() < h),
+            None => self.frames.len(),
+        };
+        start..end.max(start)
+    }
+}
+
+/// Parses a run block's fixed header (the first [`RUN_FIXED_HEADER_BYTES`] bytes): returns the
+/// length of the frame index that follows (0 for a version-2 run, whose payload follows a
+/// 36-byte header as one frame).
+pub fn run_index_len(fixed: &[u8], expect_id: u64, location: &str) -> Result<usize> {
+    let (version, index_len) = run_fixed_header(fixed, expect_id, location)?;
+    Ok(if version >= 3 { index_len } else { 0 })
+}
+
+/// Checks the fixed header; returns (version, index length or, before version 3, raw length).
+fn run_fixed_header(buf: &[u8], expect_id: u64, location: &str) -> Result<(u32, usize)> {
+    let res = (|| -> Result<Result<(u32, usize)>, Detail> {
         let mut r = R::new(buf);
         if r.take(8)? != RUN_MAGIC {
             return Err("bad run magic".into());
@@ -526,66 +650,230 @@ pub fn decode_run_range(
             }));
         }
         let id = r.u64()?;
-        let compressed = r.u8()?;
-        r.take(3)?;
-        let raw_len = r.u32()? as usize;
-        let count = r.u32()? as usize;
+        r.take(4)?;
+        let a = r.u32()?;
+        let _count = r.u32()?;
+        let header_bytes = if version >= 3 {
+            RUN_FIXED_HEADER_BYTES
+        } else {
+            RUN_HEADER_BYTES
+        };
+        let third = if version >= 3 { r.u32()? } else { 0 };
         let crc = r.u32()?;
-        if crc32c::crc32c(buf.get(..RUN_HEADER_BYTES - 4).unwrap_or_default()) != crc {
+        if crc32c::crc32c(buf.get(..header_bytes - 4).unwrap_or_default()) != crc {
             return Err("run header crc32c mismatch".into());
         }
         if id != expect_id {
             return Err(format!("block holds run {id}, expected {expect_id}"));
         }
-        let body = buf.get(RUN_HEADER_BYTES..).unwrap_or_default();
-        let raw = match compressed {
-            0 => body.to_vec(),
-            1 => zstd::bulk::decompress(body, raw_len).map_err(|e| format!("run zstd: {e}"))?,
-            c => return Err(format!("unknown run compression {c}")),
-        };
-        if raw.len() != raw_len {
-            return Err(format!("run payload {} bytes, header says {raw_len}", raw.len()));
-        }
-        let mut p = R::new(&raw);
-        let whole = lo.is_empty() && hi.is_none();
-        let mut out: Vec<Msg> = Vec::with_capacity(if whole { count.min(1 << 20) } else { 4 });
-        let mut prev: Option<(&[u8], Msn)> = None;
-        for _ in 0..count {
-            let msn = p.u64()?;
-            let tag = p.u8()?;
-            let key = p.slice()?;
-            if prev.is_some_and(|(pk, pm)| (pk, pm) >= (key, msn)) {
-                return Err("run messages not sorted by (key, MSN)".into());
-            }
-            prev = Some((key, msn));
-            if hi.is_some_and(|h| key >= h) {
-                return Ok(Ok(out));
-            }
-            let wanted = key >= lo;
-            let op = match tag {
-                1 => {
-                    let v = p.slice()?;
-                    wanted.then(|| PointOp::Put(v.to_vec()))
-                }
-                2 => wanted.then_some(PointOp::Delete),
-                3 => {
-                    let u = decode_upsert(&mut p)?;
-                    wanted.then_some(PointOp::Upsert(u))
-                }
-                t => return Err(format!("unknown run message tag {t}")),
-            };
-            if let Some(op) = op {
-                out.push(Msg::Point {
-                    msn,
-                    key: key.to_vec(),
-                    op,
-                });
-            }
-        }
-        p.done()?;
-        Ok(Ok(out))
+        Ok(Ok((
+            version,
+            if version >= 3 { third as usize } else { a as usize },
+        )))
     })();
     res.map_err(|d| corruption(location, d))?
+}
+
+/// Decodes a run block's header and frame index from the block's first bytes (at least the
+/// fixed header plus [`run_index_len`]; for a version-2 run, the fixed header and the block's
+/// total length `block_len`).
+pub fn decode_run_index(head: &[u8], block_len: u64, expect_id: u64, location: &str) -> Result<RunIndex> {
+    let (version, len) = run_fixed_header(head, expect_id, location)?;
+    let res = (|| -> Result<RunIndex, Detail> {
+        let mut r = R::new(head);
+        r.take(20)?;
+        let compressed = match r.u8()? {
+            0 => false,
+            1 => true,
+            c => return Err(format!("unknown run compression {c}")),
+        };
+        r.take(3)?;
+        if version < 3 {
+            let raw_len = r.u32()?;
+            let msgs = r.u32()?;
+            let stored = block_len
+                .checked_sub(RUN_HEADER_BYTES as u64)
+                .ok_or("run block shorter than its header")?;
+            return Ok(RunIndex {
+                version,
+                compressed,
+                msgs,
+                frames: vec![RunFrame {
+                    first_key: Vec::new(),
+                    msgs,
+                    offset: RUN_HEADER_BYTES as u64,
+                    stored_len: u32::try_from(stored).map_err(|_| "run too long")?,
+                    raw_len,
+                    // Checked against the BTT crc of the whole block instead.
+                    crc: 0,
+                }],
+            });
+        }
+        let nframes = r.u32()? as usize;
+        let msgs = r.u32()?;
+        r.take(8)?;
+        let body = head
+            .get(RUN_FIXED_HEADER_BYTES..RUN_FIXED_HEADER_BYTES + len)
+            .ok_or("run frame index truncated")?;
+        let body = body
+            .get(..len.saturating_sub(4))
+            .ok_or("run frame index too short")?;
+        let mut c = [0u8; 4];
+        c.copy_from_slice(&head[RUN_FIXED_HEADER_BYTES + len - 4..RUN_FIXED_HEADER_BYTES + len]);
+        if crc32c::crc32c(body) != u32::from_le_bytes(c) {
+            return Err("run frame index crc32c mismatch".into());
+        }
+        let mut ir = R::new(body);
+        let mut frames = Vec::with_capacity(nframes.min(1 << 16));
+        let mut offset = (RUN_FIXED_HEADER_BYTES + len) as u64;
+        let mut total = 0u64;
+        for _ in 0..nframes {
+            let first_key = ir.bytes()?;
+            let fmsgs = ir.u32()?;
+            let stored_len = ir.u32()?;
+            let raw_len = ir.u32()?;
+            let crc = ir.u32()?;
+            if frames.last().is_some_and(|p: &RunFrame| p.first_key >= first_key) {
+                return Err("run frames not in key order".into());
+            }
+            frames.push(RunFrame {
+                first_key,
+                msgs: fmsgs,
+                offset,
+                stored_len,
+                raw_len,
+                crc,
+            });
+            offset += u64::from(stored_len);
+            total += u64::from(fmsgs);
+        }
+        ir.done()?;
+        if total != u64::from(msgs) {
+            return Err(format!("run frames hold {total} messages, header says {msgs}"));
+        }
+        if offset != block_len {
+            return Err(format!("run frames end at {offset}, block is {block_len} bytes"));
+        }
+        Ok(RunIndex {
+            version,
+            compressed,
+            msgs,
+            frames,
+        })
+    })();
+    res.map_err(|d| corruption(location, d))
+}
+
+/// Decodes frames `frames` of a run whose stored bytes are `data` (starting at the first of
+/// them, contiguous): the messages with keys in `[lo, hi)`, stopping at the first key at or
+/// past `hi`. Each frame's crc32c (format 3), length, and the (key, MSN) order of every message
+/// visited are checked.
+pub fn decode_run_frames(
+    data: &[u8],
+    index: &RunIndex,
+    frames: std::ops::Range<usize>,
+    lo: &[u8],
+    hi: Option<&[u8]>,
+    location: &str,
+    out: &mut Vec<Msg>,
+) -> Result<()> {
+    let res = (|| -> Result<(), Detail> {
+        let Some(first) = index.frames.get(frames.start) else {
+            return Ok(());
+        };
+        let base = first.offset;
+        let mut prev: Option<(Vec<u8>, Msn)> = None;
+        for (i, f) in index.frames[frames.clone()].iter().enumerate() {
+            let at = (f.offset - base) as usize;
+            let stored = data
+                .get(at..at + f.stored_len as usize)
+                .ok_or_else(|| format!("frame {} truncated", frames.start + i))?;
+            if index.version >= 3 && crc32c::crc32c(stored) != f.crc {
+                return Err(format!("run frame {} crc32c mismatch", frames.start + i));
+            }
+            let raw = if index.compressed {
+                zstd::bulk::decompress(stored, f.raw_len as usize).map_err(|e| format!("run zstd: {e}"))?
+            } else {
+                stored.to_vec()
+            };
+            if raw.len() != f.raw_len as usize {
+                return Err(format!(
+                    "run frame {} is {} bytes, index says {}",
+                    frames.start + i,
+                    raw.len(),
+                    f.raw_len
+                ));
+            }
+            let mut p = R::new(&raw);
+            for j in 0..f.msgs {
+                let msn = p.u64()?;
+                let tag = p.u8()?;
+                let key = p.slice()?;
+                if j == 0 && index.version >= 3 && key != f.first_key.as_slice() {
+                    return Err(format!(
+                        "run frame {} starts at another key than its index",
+                        frames.start + i
+                    ));
+                }
+                if prev
+                    .as_ref()
+                    .is_some_and(|(pk, pm)| (pk.as_slice(), *pm) >= (key, msn))
+                {
+                    return Err("run messages not sorted by (key, MSN)".into());
+                }
+                if hi.is_some_and(|h| key >= h) {
+                    return Ok(());
+                }
+                let wanted = key >= lo;
+                let op = match tag {
+                    1 => {
+                        let v = p.slice()?;
+                        wanted.then(|| PointOp::Put(v.to_vec()))
+                    }
+                    2 => wanted.then_some(PointOp::Delete),
+                    3 => {
+                        let u = decode_upsert(&mut p)?;
+                        wanted.then_some(PointOp::Upsert(u))
+                    }
+                    t => return Err(format!("unknown run message tag {t}")),
+                };
+                match &mut prev {
+                    Some((pk, pm)) if pk.as_slice() == key => *pm = msn,
+                    _ => prev = Some((key.to_vec(), msn)),
+                }
+                if let Some(op) = op {
+                    out.push(Msg::Point {
+                        msn,
+                        key: key.to_vec(),
+                        op,
+                    });
+                }
+            }
+            p.done()?;
+        }
+        Ok(())
+    })();
+    res.map_err(|d| corruption(location, d))
+}
+
+/// Decodes a whole run block read from `location` (its crc32c against the BTT is checked by
+/// the caller): the messages with keys in `[lo, hi)` (empty `lo` and no `hi`: all). Header,
+/// index, every frame visited and the message order are checked.
+pub fn decode_run_range(
+    buf: &[u8],
+    expect_id: u64,
+    location: &str,
+    lo: &[u8],
+    hi: Option<&[u8]>,
+) -> Result<Vec<Msg>> {
+    let index = decode_run_index(buf, buf.len() as u64, expect_id, location)?;
+    let frames = index.frames_for(lo, hi);
+    let mut out = Vec::new();
+    if let Some(first) = index.frames.get(frames.start) {
+        let data = buf.get(first.offset as usize..).unwrap_or_default();
+        decode_run_frames(data, &index, frames, lo, hi, location, &mut out)?;
+    }
+    Ok(out)
 }
 
 fn encode_basement(b: &Basement) -> Vec<u8> {
@@ -1156,5 +1444,139 @@ mod tests {
             decode_btt(&bad, "t"),
             Err(EngineError::Corruption { .. })
         ));
+    }
+
+    /// Point messages over 400 keys, several per key (one key with 300 messages, so it fills
+    /// more than a frame by itself), sorted by (key, MSN).
+    fn run_msgs() -> Vec<Msg> {
+        let mut out = Vec::new();
+        let mut msn = 1;
+        for k in 0..400u32 {
+            let key = format!("key{k:05}").into_bytes();
+            let n = if k == 200 { 300 } else { 1 + k % 3 };
+            for j in 0..n {
+                msn += 1;
+                let op = match j % 3 {
+                    0 => PointOp::Put(vec![b'v'; 90 + (k as usize % 40)]),
+                    1 => PointOp::Delete,
+                    _ => PointOp::Upsert(UpsertOp::Add(i64::from(j))),
+                };
+                out.push(Msg::Point {
+                    msn: msn + u64::from(k) * 1000,
+                    key: key.clone(),
+                    op,
+                });
+            }
+        }
+        out
+    }
+
+    fn key_of(m: &Msg) -> &[u8] {
+        msg_key(m)
+    }
+
+    #[test]
+    fn framed_runs_read_one_key_from_its_frame() {
+        let msgs = run_msgs();
+        for level in [None, Some(1)] {
+            let enc = encode_run(42, &msgs, level).unwrap();
+            assert_eq!(decode_run_range(&enc, 42, "t", &[], None).unwrap(), msgs);
+            let index = decode_run_index(&enc, enc.len() as u64, 42, "t").unwrap();
+            assert!(index.frames.len() >= 4, "{} frames", index.frames.len());
+            assert_eq!(
+                index.frames.iter().map(|f| u64::from(f.msgs)).sum::<u64>(),
+                msgs.len() as u64
+            );
+            // Frames start at distinct keys: a key's messages are all in one frame.
+            for w in index.frames.windows(2) {
+                assert!(w[0].first_key < w[1].first_key);
+            }
+            for k in [0u32, 1, 199, 200, 201, 399] {
+                let key = format!("key{k:05}").into_bytes();
+                let mut hi = key.clone();
+                hi.push(0);
+                let want: Vec<Msg> = msgs
+                    .iter()
+                    .filter(|m| key_of(m) == key.as_slice())
+                    .cloned()
+                    .collect();
+                let frames = index.frames_for(&key, Some(&hi));
+                assert_eq!(frames.len(), 1, "key {k} needs one frame");
+                let f = &index.frames[frames.start];
+                let data = &enc[f.offset as usize..(f.offset + u64::from(f.stored_len)) as usize];
+                let mut got = Vec::new();
+                decode_run_frames(data, &index, frames, &key, Some(&hi), "t", &mut got).unwrap();
+                assert_eq!(got, want, "key {k}");
+            }
+            // A range across frames, and keys outside the run.
+            let (lo, hi) = (b"key00150".to_vec(), b"key00250".to_vec());
+            let want: Vec<Msg> = msgs
+                .iter()
+                .filter(|m| key_of(m) >= lo.as_slice() && key_of(m) < hi.as_slice())
+                .cloned()
+                .collect();
+            assert_eq!(decode_run_range(&enc, 42, "t", &lo, Some(&hi)).unwrap(), want);
+            assert!(decode_run_range(&enc, 42, "t", b"a", Some(b"b"))
+                .unwrap()
+                .is_empty());
+            assert!(decode_run_range(&enc, 42, "t", b"z", None).unwrap().is_empty());
+            // A flipped bit in a frame is caught by that frame's crc when it is read.
+            let f = &index.frames[2];
+            let mut bad = enc.clone();
+            bad[f.offset as usize + 3] ^= 0x20;
+            let mut sink = Vec::new();
+            let data = &bad[f.offset as usize..];
+            assert!(matches!(
+                decode_run_frames(data, &index, 2..3, &[], None, "t", &mut sink),
+                Err(EngineError::Corruption { .. })
+            ));
+            // And in the index, by the index crc.
+            let mut bad = enc.clone();
+            bad[RUN_FIXED_HEADER_BYTES + 2] ^= 1;
+            assert!(decode_run_index(&bad, bad.len() as u64, 42, "t").is_err());
+            assert!(
+                decode_run_index(&enc, enc.len() as u64, 43, "t").is_err(),
+                "wrong id"
+            );
+        }
+    }
+
+    /// A version-2 run (one payload after a 36-byte header), as files written before framed
+    /// runs hold them, still decodes whole and by key.
+    #[test]
+    fn version_2_runs_still_decode() {
+        let msgs = run_msgs();
+        let mut p = W::default();
+        for m in &msgs {
+            encode_run_msg(&mut p, m).unwrap();
+        }
+        let raw_len = p.0.len() as u32;
+        let payload = zstd::bulk::compress(&p.0, 1).unwrap();
+        let mut w = W::default();
+        w.0.extend_from_slice(RUN_MAGIC);
+        w.u32(2);
+        w.u64(7);
+        w.u8(1);
+        w.0.extend_from_slice(&[0, 0, 0]);
+        w.u32(raw_len);
+        w.u32(msgs.len() as u32);
+        let crc = crc32c::crc32c(&w.0);
+        w.u32(crc);
+        w.0.extend_from_slice(&payload);
+        let enc = w.0;
+        assert_eq!(decode_run_range(&enc, 7, "t", &[], None).unwrap(), msgs);
+        assert_eq!(run_index_len(&enc[..RUN_FIXED_HEADER_BYTES], 7, "t").unwrap(), 0);
+        let index = decode_run_index(&enc[..RUN_FIXED_HEADER_BYTES], enc.len() as u64, 7, "t").unwrap();
+        assert_eq!(index.frames.len(), 1);
+        let key = b"key00200".to_vec();
+        let want: Vec<Msg> = msgs
+            .iter()
+            .filter(|m| key_of(m) == key.as_slice())
+            .cloned()
+            .collect();
+        assert_eq!(
+            decode_run_range(&enc, 7, "t", &key, Some(b"key00200\0")).unwrap(),
+            want
+        );
     }
 }

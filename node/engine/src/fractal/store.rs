@@ -28,9 +28,10 @@ use ftkv_vfs::VfsFile;
 
 use super::codec::{
     decode_basement_partition, decode_buffer_partition, decode_internal_info, decode_leaf_pivots,
-    decode_node, decode_node_index, decode_partition, decode_run_range, encode_btt, encode_header,
-    encode_node, node_header_len, BlockLoc, BttImage, Header, InternalInfo, NodeIndex, PartEntry, DATA_START,
-    HEADER_SLOT_BYTES, NODE_FIXED_HEADER_BYTES,
+    decode_node, decode_node_index, decode_partition, decode_run_frames, decode_run_index, decode_run_range,
+    encode_btt, encode_header, encode_node, node_header_len, run_index_len, BlockLoc, BttImage, Header,
+    InternalInfo, NodeIndex, PartEntry, RunIndex, DATA_START, HEADER_SLOT_BYTES, NODE_FIXED_HEADER_BYTES,
+    RUN_FIXED_HEADER_BYTES,
 };
 use super::msg::{Buffer, Msg, Msn};
 use super::node::{child_index, Basement, Node, NodeId};
@@ -39,6 +40,9 @@ use crate::{EngineError, Result};
 
 /// Write batches a dirty node must stay unmodified before the incremental writer takes it.
 const IDLE_EPOCHS: u64 = 8;
+
+/// Share of the cache budget the run frame indexes may take (1/N).
+const RUN_INDEX_CACHE_SHARE: usize = 32;
 
 /// CLOCK count given to a node when it is loaded or touched, and its maximum.
 const CLOCK_MAX: u8 = 3;
@@ -103,6 +107,9 @@ pub struct Store {
     dirty_bytes: usize,
     /// Partial reads done so far (see [`PartialReadStats`]).
     partial_stats: PartialReadStats,
+    /// Frame indexes of spilled runs read by lookups (at most [`RUN_INDEX_CACHE_SHARE`] of the
+    /// budget) and the run read counters.
+    run_indexes: Mutex<RunIndexCache>,
     /// Count of [`Store::write_some_dirty`] calls (one per write batch): the clock by which the
     /// incremental writer tells recently modified nodes from idle ones.
     write_epoch: u64,
@@ -117,6 +124,23 @@ pub struct PartialReadStats {
     pub internal_infos: u64,
     /// Buffers of uncached internal nodes read because the key filter let the key through.
     pub internal_buffers: u64,
+    /// Spilled-run reads of a key range that read only the frames that can hold it.
+    pub run_frame_reads: u64,
+    /// Frames those reads decompressed.
+    pub run_frames: u64,
+    /// Spilled runs read whole (merges, compactions, integrity checks, full scans).
+    pub run_whole_reads: u64,
+}
+
+/// Frame indexes of spilled runs, shared by readers under the engine's shared lock. Runs are
+/// immutable and their ids never reused, so an entry is never stale.
+#[derive(Default)]
+struct RunIndexCache {
+    map: HashMap<u64, Arc<RunIndex>>,
+    bytes: usize,
+    frame_reads: u64,
+    frames: u64,
+    whole_reads: u64,
 }
 
 /// The data partition of a node that holds `key` (child or basement `i` is partition `i + 1`).
@@ -201,6 +225,7 @@ impl Store {
             partial_bytes: 0,
             dirty_bytes: 0,
             partial_stats: PartialReadStats::default(),
+            run_indexes: Mutex::new(RunIndexCache::default()),
             write_epoch: 0,
         }
     }
@@ -237,7 +262,13 @@ impl Store {
 
     /// Partial reads done since open.
     pub fn partial_stats(&self) -> PartialReadStats {
-        self.partial_stats
+        let runs = self.run_indexes.lock();
+        PartialReadStats {
+            run_frame_reads: runs.frame_reads,
+            run_frames: runs.frames,
+            run_whole_reads: runs.whole_reads,
+            ..self.partial_stats
+        }
     }
 
     /// Cache budget in bytes.
@@ -391,15 +422,72 @@ impl Store {
             loc.offset,
             loc.size
         );
-        let buf = self.read_span(id, &loc, 0, u64::from(loc.size))?;
-        let crc = crc32c::crc32c(&buf);
-        if crc != loc.crc {
-            return Err(EngineError::Corruption {
-                location,
-                detail: format!("crc32c mismatch (BTT {:#010x}, block {crc:#010x})", loc.crc),
-            });
+        if lo.is_empty() && hi.is_none() {
+            // Whole run: one read, checked against the BTT crc of the whole block.
+            self.run_indexes.lock().whole_reads += 1;
+            let buf = self.read_span(id, &loc, 0, u64::from(loc.size))?;
+            let crc = crc32c::crc32c(&buf);
+            if crc != loc.crc {
+                return Err(EngineError::Corruption {
+                    location,
+                    detail: format!("crc32c mismatch (BTT {:#010x}, block {crc:#010x})", loc.crc),
+                });
+            }
+            return decode_run_range(&buf, id, &location, lo, hi);
         }
-        decode_run_range(&buf, id, &location, lo, hi)
+        // A key range: the frame index (cached), then only the frames that can hold the range,
+        // each checked against its own crc in the index.
+        let index = self.run_index(id, &loc, &location)?;
+        let frames = index.frames_for(lo, hi);
+        let mut out = Vec::new();
+        let (Some(first), Some(last)) = (
+            index.frames.get(frames.start),
+            index.frames.get(frames.end.wrapping_sub(1)),
+        ) else {
+            return Ok(out);
+        };
+        let span_end = last.offset + u64::from(last.stored_len);
+        let data = self.read_span(id, &loc, first.offset, span_end - first.offset)?;
+        {
+            let mut runs = self.run_indexes.lock();
+            runs.frame_reads += 1;
+            runs.frames += frames.len() as u64;
+        }
+        decode_run_frames(&data, &index, frames, lo, hi, &location, &mut out)?;
+        Ok(out)
+    }
+
+    /// The frame index of run `id` at `loc`, from the cache or read (fixed header, then index).
+    fn run_index(&self, id: u64, loc: &BlockLoc, location: &str) -> Result<Arc<RunIndex>> {
+        if let Some(ix) = self.run_indexes.lock().map.get(&id) {
+            return Ok(Arc::clone(ix));
+        }
+        let fixed_len = (RUN_FIXED_HEADER_BYTES as u64).min(u64::from(loc.size));
+        let fixed = self.read_span(id, loc, 0, fixed_len)?;
+        let index_len = run_index_len(&fixed, id, location)? as u64;
+        let head = if index_len == 0 {
+            fixed
+        } else {
+            self.read_span(id, loc, 0, RUN_FIXED_HEADER_BYTES as u64 + index_len)?
+        };
+        let index = Arc::new(decode_run_index(&head, u64::from(loc.size), id, location)?);
+        let cap = self.budget_bytes / RUN_INDEX_CACHE_SHARE;
+        let mut runs = self.run_indexes.lock();
+        runs.bytes += index.size_bytes();
+        runs.map.insert(id, Arc::clone(&index));
+        if runs.bytes > cap {
+            // Drop entries (in map order) down to three quarters of the share.
+            let victims: Vec<u64> = runs.map.keys().copied().filter(|k| *k != id).collect();
+            for k in victims {
+                if runs.bytes <= cap / 4 * 3 {
+                    break;
+                }
+                if let Some(ix) = runs.map.remove(&k) {
+                    runs.bytes -= ix.size_bytes();
+                }
+            }
+        }
+        Ok(index)
     }
 
     /// Writes a node straight to disk without caching it (bulk load).
@@ -778,6 +866,11 @@ impl Store {
             self.partial_bytes -= p.bytes;
         }
         self.remove_entry(id);
+        let mut runs = self.run_indexes.lock();
+        if let Some(ix) = runs.map.remove(&id) {
+            runs.bytes -= ix.size_bytes();
+        }
+        drop(runs);
         if let Some(loc) = self.btt.remove(&id) {
             self.release(loc);
         }
@@ -786,6 +879,10 @@ impl Store {
     /// Forgets every node (cache and BTT); blocks are released. Used when a bulk load replaces
     /// the whole tree.
     pub fn forget_all(&mut self) {
+        let mut runs = self.run_indexes.lock();
+        runs.map.clear();
+        runs.bytes = 0;
+        drop(runs);
         self.partial.clear();
         self.partial_internal.clear();
         self.partial_bytes = 0;
