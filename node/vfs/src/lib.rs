@@ -107,6 +107,11 @@ pub trait VfsFile: Send + Sync + Debug {
     /// Zeroes `[offset, offset+len)` without changing the file length, releasing the space where
     /// supported (`fallocate(PUNCH_HOLE|KEEP_SIZE)`), else by writing zeros. Not durable until sync.
     fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()>;
+    /// Hints that reads will be random (`posix_fadvise(POSIX_FADV_RANDOM)`: no readahead), so a
+    /// small read does not pull in pages around it. A hint only: the default does nothing.
+    fn advise_random(&self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -232,6 +237,25 @@ impl RealFile {
     fn fallocate_punch(&self, _offset: u64, _len: u64) -> io::Result<bool> {
         Ok(false)
     }
+
+    #[cfg(target_os = "linux")]
+    #[allow(unsafe_code)]
+    fn fadvise_random(&self) -> io::Result<()> {
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: `posix_fadvise` is called on a file descriptor owned by `self.file`, which stays
+        // open for the whole call; it takes only integer arguments and touches no memory of ours.
+        let rc = unsafe { libc::posix_fadvise(self.file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::from_raw_os_error(rc))
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn fadvise_random(&self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 impl VfsFile for RealFile {
@@ -253,6 +277,10 @@ impl VfsFile for RealFile {
 
     fn len(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
+    }
+
+    fn advise_random(&self) -> io::Result<()> {
+        self.fadvise_random()
     }
 
     fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {

@@ -108,6 +108,9 @@ impl FractalEngine {
         let file = vfs
             .open(&path, false)
             .map_err(io(format!("open {}", path.display())))?;
+        // Reads are of single nodes, partitions and frames: readahead only evicts useful pages.
+        file.advise_random()
+            .map_err(io(format!("posix_fadvise {}", path.display())))?;
         let tree = load_tree(file, &path, opts, params)?;
         Ok(FractalEngine {
             inner: RwLock::new(Inner {
