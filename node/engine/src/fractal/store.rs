@@ -27,11 +27,11 @@ use parking_lot::Mutex;
 use ftkv_vfs::VfsFile;
 
 use super::codec::{
-    decode_basement_partition, decode_buffer_partition, decode_internal_info, decode_leaf_pivots,
-    decode_node, decode_node_index, decode_partition, decode_run_frames, decode_run_index, decode_run_range,
-    encode_btt, encode_header, encode_node, node_header_len, run_index_len, BlockLoc, BttImage, Header,
-    InternalInfo, NodeIndex, PartEntry, RunIndex, DATA_START, HEADER_SLOT_BYTES, NODE_FIXED_HEADER_BYTES,
-    RUN_FIXED_HEADER_BYTES,
+    decode_basement_frame, decode_basement_partition, decode_buffer_partition, decode_internal_info,
+    decode_leaf_info, decode_node, decode_node_index, decode_partition, decode_run_frames, decode_run_index,
+    decode_run_range, encode_btt, encode_header, encode_node, node_header_len, run_index_len, BasementFrames,
+    BlockLoc, BttImage, Header, InternalInfo, NodeIndex, PartEntry, RunIndex, DATA_START, HEADER_SLOT_BYTES,
+    NODE_FIXED_HEADER_BYTES, RUN_FIXED_HEADER_BYTES,
 };
 use super::msg::{Buffer, Msg, Msn};
 use super::node::{child_index, Basement, Node, NodeId};
@@ -64,8 +64,32 @@ struct PartialLeaf {
     loc: BlockLoc,
     index: NodeIndex,
     pivots: Vec<Vec<u8>>,
-    basements: HashMap<usize, Basement>,
+    /// Frame tables per basement (format 3; `None`: basements are read whole).
+    frames: Option<Vec<BasementFrames>>,
+    /// Decoded pieces by (basement, frame): one frame, or the whole basement (frame 0) before
+    /// format 3.
+    basements: HashMap<(usize, usize), Basement>,
     bytes: usize,
+}
+
+/// Where a key's entry lives in a partial leaf: its basement and frame, or `Absent` (with the
+/// basement's applied MSN) when the frame table shows the basement cannot hold it.
+enum LeafSpot {
+    Piece(usize, usize),
+    Absent(Msn),
+}
+
+impl PartialLeaf {
+    fn spot(&self, key: &[u8]) -> LeafSpot {
+        let bi = child_index(&self.pivots, key);
+        match self.frames.as_ref().and_then(|f| f.get(bi)) {
+            Some(bf) => match bf.frame_for(key) {
+                Some(fi) => LeafSpot::Piece(bi, fi),
+                None => LeafSpot::Absent(bf.max_msn),
+            },
+            None => LeafSpot::Piece(bi, 0),
+        }
+    }
 }
 
 /// Pieces of an internal node read without the rest of it: partition 0 (pivots, children,
@@ -118,8 +142,10 @@ pub struct Store {
 /// Counters of partial (one-partition) reads by point lookups.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PartialReadStats {
-    /// Basements read from leaves that were not cached.
+    /// Whole basements read from leaves that were not cached (leaves written before format 3).
     pub basements: u64,
+    /// Single basement frames read from leaves that were not cached (format 3).
+    pub frames: u64,
     /// Partition 0 (pivots, children, key filters) of internal nodes that were not cached.
     pub internal_infos: u64,
     /// Buffers of uncached internal nodes read because the key filter let the key through.
@@ -535,8 +561,13 @@ impl Store {
         if self.btt.get(&id) != Some(&p.loc) {
             return None;
         }
-        let b = p.basements.get(&child_index(&p.pivots, key))?;
-        Some((b.get(key).map(<[u8]>::to_vec), b.max_msn))
+        match p.spot(key) {
+            LeafSpot::Absent(msn) => Some((None, msn)),
+            LeafSpot::Piece(bi, fi) => {
+                let b = p.basements.get(&(bi, fi))?;
+                Some((b.get(key).map(<[u8]>::to_vec), b.max_msn))
+            }
+        }
     }
 
     fn read_span(&self, id: NodeId, loc: &BlockLoc, off: u64, len: u64) -> Result<Vec<u8>> {
@@ -593,40 +624,75 @@ impl Store {
             }
             let p0 = index.parts[0];
             let raw = self.read_partition(id, &loc, &p0, index.compressed)?;
-            let pivots = decode_leaf_pivots(&raw, index.parts.len() - 1, &location)?;
-            let bytes = pivots.iter().map(|p| p.len() + 16).sum::<usize>() + index.parts.len() * 16;
+            let info = decode_leaf_info(&raw, index.parts.len() - 1, index.version, &location)?;
+            let bytes = info.pivots.iter().map(|p| p.len() + 16).sum::<usize>()
+                + index.parts.len() * 16
+                + info
+                    .frames
+                    .iter()
+                    .flatten()
+                    .map(BasementFrames::size_bytes)
+                    .sum::<usize>();
             self.partial_bytes += bytes;
             self.partial.insert(
                 id,
                 PartialLeaf {
                     loc,
                     index,
-                    pivots,
+                    pivots: info.pivots,
+                    frames: info.frames,
                     basements: HashMap::new(),
                     bytes,
                 },
             );
         }
-        let (bi, entry, compressed) = match self.partial.get(&id) {
-            Some(p) => {
-                let (bi, entry) = data_partition(&p.index, &p.pivots, key, &location)?;
-                (bi, entry, p.index.compressed)
+        let Some(p) = self.partial.get(&id) else {
+            return Err(EngineError::Corruption {
+                location,
+                detail: "partial leaf vanished".into(),
+            });
+        };
+        let (bi, fi) = match p.spot(key) {
+            LeafSpot::Absent(msn) => return Ok((None, msn)),
+            LeafSpot::Piece(bi, fi) => (bi, fi),
+        };
+        let (_, entry) = data_partition(&p.index, &p.pivots, key, &location)?;
+        let b = match p.frames.as_ref().and_then(|f| f.get(bi)) {
+            Some(bf) => {
+                // Format 3: one frame, checked against its crc in the (verified) frame table.
+                let f = bf.frames.get(fi).ok_or_else(|| EngineError::Corruption {
+                    location: location.clone(),
+                    detail: format!("basement {bi} has no frame {fi}"),
+                })?;
+                if u64::from(f.offset) + u64::from(f.stored_len) > u64::from(entry.len) {
+                    return Err(EngineError::Corruption {
+                        location,
+                        detail: format!("frame {fi} of basement {bi} beyond its partition"),
+                    });
+                }
+                let data = self.read_span(
+                    id,
+                    &loc,
+                    u64::from(entry.offset) + u64::from(f.offset),
+                    u64::from(f.stored_len),
+                )?;
+                let b = decode_basement_frame(&data, bf, fi, p.index.compressed, &location)?;
+                self.partial_stats.frames += 1;
+                b
             }
             None => {
-                return Err(EngineError::Corruption {
-                    location,
-                    detail: "partial leaf vanished".into(),
-                })
+                let compressed = p.index.compressed;
+                let raw = self.read_partition(id, &loc, &entry, compressed)?;
+                let b = decode_basement_partition(&raw, &location)?;
+                self.partial_stats.basements += 1;
+                b
             }
         };
-        let raw = self.read_partition(id, &loc, &entry, compressed)?;
-        let b = decode_basement_partition(&raw, &location)?;
-        self.partial_stats.basements += 1;
         let result = (b.get(key).map(<[u8]>::to_vec), b.max_msn);
         let size = b.size_bytes();
         if let Some(p) = self.partial.get_mut(&id) {
             p.bytes += size;
-            p.basements.insert(bi, b);
+            p.basements.insert((bi, fi), b);
             self.partial_bytes += size;
         }
         self.trim_partial(id);
