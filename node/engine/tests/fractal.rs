@@ -606,6 +606,8 @@ fn spilled_runs_keep_reads_exact_and_survive_reopen() {
     let pr = e.partial_read_stats();
     assert!(pr.run_frame_reads > 0, "{pr:?}");
     assert!(pr.run_frames < 2 * pr.run_frame_reads, "{pr:?}");
+    // Keys whose Put or Delete is pending in a run above an older leaf skip the leaf read.
+    assert!(pr.leaf_reads_avoided > 0 && pr.frames > 0, "{pr:?}");
     e.checkpoint().unwrap();
     drop(e);
     let e = open();

@@ -73,16 +73,18 @@ struct PartialLeaf {
 }
 
 /// Where a key's entry lives in a partial leaf: its basement and frame, or `Absent` (with the
-/// basement's applied MSN) when the frame table shows the basement cannot hold it.
+/// basement's applied MSN) when the frame table shows the basement cannot hold it or a newer
+/// message overrides whatever it holds.
 enum LeafSpot {
     Piece(usize, usize),
     Absent(Msn),
 }
 
 impl PartialLeaf {
-    fn spot(&self, key: &[u8]) -> LeafSpot {
+    fn spot(&self, key: &[u8], overriding: Option<Msn>) -> LeafSpot {
         let bi = child_index(&self.pivots, key);
         match self.frames.as_ref().and_then(|f| f.get(bi)) {
+            Some(bf) if overriding.is_some_and(|m| m > bf.max_msn) => LeafSpot::Absent(bf.max_msn),
             Some(bf) => match bf.frame_for(key) {
                 Some(fi) => LeafSpot::Piece(bi, fi),
                 None => LeafSpot::Absent(bf.max_msn),
@@ -146,6 +148,9 @@ pub struct PartialReadStats {
     pub basements: u64,
     /// Single basement frames read from leaves that were not cached (format 3).
     pub frames: u64,
+    /// Leaf lookups answered from a frame table alone: the key sorts before the basement's
+    /// first frame, or a pending Put/Delete newer than the basement overrides it.
+    pub leaf_reads_avoided: u64,
     /// Partition 0 (pivots, children, key filters) of internal nodes that were not cached.
     pub internal_infos: u64,
     /// Buffers of uncached internal nodes read because the key filter let the key through.
@@ -556,12 +561,17 @@ impl Store {
 
     /// Value of `key` in uncached leaf `id` from already-read basements, with the basement's
     /// applied MSN; `None` when that basement has not been read (or the leaf moved).
-    pub fn partial_value(&self, id: NodeId, key: &[u8]) -> Option<(Option<Vec<u8>>, Msn)> {
+    pub fn partial_value(
+        &self,
+        id: NodeId,
+        key: &[u8],
+        overriding: Option<Msn>,
+    ) -> Option<(Option<Vec<u8>>, Msn)> {
         let p = self.partial.get(&id)?;
         if self.btt.get(&id) != Some(&p.loc) {
             return None;
         }
-        match p.spot(key) {
+        match p.spot(key, overriding) {
             LeafSpot::Absent(msn) => Some((None, msn)),
             LeafSpot::Piece(bi, fi) => {
                 let b = p.basements.get(&(bi, fi))?;
@@ -602,8 +612,13 @@ impl Store {
     /// Reads the one basement of uncached leaf `id` that holds `key` (header, pivots and that
     /// partition only; each verified by its crc32c) and returns the key's value and the
     /// basement's applied MSN. The pieces are kept in a small side cache.
-    pub fn read_partial_value(&mut self, id: NodeId, key: &[u8]) -> Result<(Option<Vec<u8>>, Msn)> {
-        if let Some(v) = self.partial_value(id, key) {
+    pub fn read_partial_value(
+        &mut self,
+        id: NodeId,
+        key: &[u8],
+        overriding: Option<Msn>,
+    ) -> Result<(Option<Vec<u8>>, Msn)> {
+        if let Some(v) = self.partial_value(id, key, overriding) {
             return Ok(v);
         }
         let loc = *self.btt.get(&id).ok_or_else(|| EngineError::Corruption {
@@ -652,8 +667,11 @@ impl Store {
                 detail: "partial leaf vanished".into(),
             });
         };
-        let (bi, fi) = match p.spot(key) {
-            LeafSpot::Absent(msn) => return Ok((None, msn)),
+        let (bi, fi) = match p.spot(key, overriding) {
+            LeafSpot::Absent(msn) => {
+                self.partial_stats.leaf_reads_avoided += 1;
+                return Ok((None, msn));
+            }
             LeafSpot::Piece(bi, fi) => (bi, fi),
         };
         let (_, entry) = data_partition(&p.index, &p.pivots, key, &location)?;
@@ -843,8 +861,23 @@ impl Store {
     /// Keeps the partial-read side cache under a quarter of the budget.
     fn trim_partial(&mut self, keep: NodeId) {
         let cap = self.budget_bytes / 4;
+        if self.partial_bytes > cap {
+            // Decoded frames and basements go first (one per lookup, rarely read twice); a leaf's
+            // partition 0 (pivots and frame tables) serves every later lookup in that leaf.
+            for (id, p) in self.partial.iter_mut() {
+                if self.partial_bytes <= cap / 4 * 3 {
+                    break;
+                }
+                if *id == keep {
+                    continue;
+                }
+                let freed: usize = p.basements.drain().map(|(_, b)| b.size_bytes()).sum();
+                p.bytes -= freed;
+                self.partial_bytes -= freed;
+            }
+        }
         while self.partial_bytes > cap {
-            // Leaf pieces go first (one basement per lookup); internal pieces serve many.
+            // Then whole leaf pieces; internal pieces serve many lookups and go last.
             if let Some(victim) = self.partial.keys().copied().find(|k| *k != keep) {
                 if let Some(p) = self.partial.remove(&victim) {
                     self.partial_bytes -= p.bytes;

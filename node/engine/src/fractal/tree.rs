@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use super::codec::encode_run;
 use super::filter::KeyFilter;
-use super::msg::{apply_point, apply_range, key_hash, Buffer, Msg, Msn, PointOp, RangeMsg, RunRef};
+use super::msg::{apply_point, apply_range, key_hash, Buffer, Msg, Msn, PointOp, RangeMsg, RangeOp, RunRef};
 use super::node::{
     child_bounds, child_index, chunk_entries, split_entries_even, Basement, Internal, Leaf, Node, NodeId,
 };
@@ -107,8 +107,10 @@ trait Fetch {
     /// Called after each leaf of a scan (evicts down to budget when allowed).
     fn after_leaf(&mut self, root: NodeId) -> Result<()>;
     /// For a point read reaching leaf `id`: its value and basement MSN from a partial read when
-    /// the leaf is not cached whole.
-    fn probe_leaf(&mut self, id: NodeId, key: &[u8]) -> Result<LeafProbe>;
+    /// the leaf is not cached whole. `overriding` is the MSN of the newest collected message that
+    /// sets or deletes the key outright: when it is above the basement's applied MSN the stored
+    /// value cannot matter, and the frame is not read (the value comes back `None`).
+    fn probe_leaf(&mut self, id: NodeId, key: &[u8], overriding: Option<Msn>) -> Result<LeafProbe>;
     /// For a point read passing internal node `id`: when it is not cached whole, appends the
     /// key's messages from its buffer on the path (read partially) and names the child.
     fn probe_internal(
@@ -152,11 +154,11 @@ impl Fetch for Loading<'_> {
     fn after_leaf(&mut self, root: NodeId) -> Result<()> {
         self.0.evict_to_budget(root)
     }
-    fn probe_leaf(&mut self, id: NodeId, key: &[u8]) -> Result<LeafProbe> {
+    fn probe_leaf(&mut self, id: NodeId, key: &[u8], overriding: Option<Msn>) -> Result<LeafProbe> {
         if self.0.is_cached(id) {
             return Ok(LeafProbe::UseNode);
         }
-        let (v, floor) = self.0.read_partial_value(id, key)?;
+        let (v, floor) = self.0.read_partial_value(id, key, overriding)?;
         Ok(LeafProbe::Value(v, floor))
     }
     fn probe_internal(
@@ -185,11 +187,11 @@ impl Fetch for CachedOnly<'_> {
     fn after_leaf(&mut self, _root: NodeId) -> Result<()> {
         Ok(())
     }
-    fn probe_leaf(&mut self, id: NodeId, key: &[u8]) -> Result<LeafProbe> {
+    fn probe_leaf(&mut self, id: NodeId, key: &[u8], overriding: Option<Msn>) -> Result<LeafProbe> {
         if self.0.is_cached(id) {
             return Ok(LeafProbe::UseNode);
         }
-        Ok(match self.0.partial_value(id, key) {
+        Ok(match self.0.partial_value(id, key, overriding) {
             Some((v, floor)) => LeafProbe::Value(v, floor),
             None => LeafProbe::Miss,
         })
@@ -718,7 +720,7 @@ fn get_from(src: &mut impl Fetch, root: NodeId, key: &[u8]) -> Result<Option<Opt
     loop {
         match height {
             // An uncached leaf is read one basement at a time.
-            Some(0) => match src.probe_leaf(id, key)? {
+            Some(0) => match src.probe_leaf(id, key, overriding_msn(&msgs))? {
                 LeafProbe::Value(v, floor) => return Ok(Some(finish_point_read(v, floor, key, msgs))),
                 LeafProbe::Miss => return Ok(None),
                 LeafProbe::UseNode => {}
@@ -777,6 +779,18 @@ fn get_from(src: &mut impl Fetch, root: NodeId, key: &[u8]) -> Result<Option<Opt
 }
 
 /// Applies the ancestor messages above `floor` (the basement's applied MSN) in MSN order.
+/// MSN of the newest message in `msgs` (all for one key) that sets or deletes the key outright
+/// (a Put, a Delete, or a DeleteRange): the value below it no longer matters.
+fn overriding_msn(msgs: &[Msg]) -> Option<Msn> {
+    msgs.iter()
+        .filter(|m| match m {
+            Msg::Point { op, .. } => matches!(op, PointOp::Put(_) | PointOp::Delete),
+            Msg::Range(r) => matches!(r.op, RangeOp::Delete),
+        })
+        .map(Msg::msn)
+        .max()
+}
+
 fn finish_point_read(mut v: Option<Vec<u8>>, floor: Msn, key: &[u8], mut msgs: Vec<Msg>) -> Option<Vec<u8>> {
     msgs.sort_by_key(Msg::msn);
     for m in msgs.iter().filter(|m| m.msn() > floor) {
