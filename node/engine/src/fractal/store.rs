@@ -136,6 +136,8 @@ pub struct Store {
     /// Frame indexes of spilled runs read by lookups (at most [`RUN_INDEX_CACHE_SHARE`] of the
     /// budget) and the run read counters.
     run_indexes: Mutex<RunIndexCache>,
+    /// Leaf lookups answered from frame tables alone (see [`PartialReadStats`]).
+    leaf_reads_avoided: std::sync::atomic::AtomicU64,
     /// Count of [`Store::write_some_dirty`] calls (one per write batch): the clock by which the
     /// incremental writer tells recently modified nodes from idle ones.
     write_epoch: u64,
@@ -257,6 +259,7 @@ impl Store {
             dirty_bytes: 0,
             partial_stats: PartialReadStats::default(),
             run_indexes: Mutex::new(RunIndexCache::default()),
+            leaf_reads_avoided: std::sync::atomic::AtomicU64::new(0),
             write_epoch: 0,
         }
     }
@@ -298,6 +301,7 @@ impl Store {
             run_frame_reads: runs.frame_reads,
             run_frames: runs.frames,
             run_whole_reads: runs.whole_reads,
+            leaf_reads_avoided: self.leaf_reads_avoided.load(Ordering::Relaxed),
             ..self.partial_stats
         }
     }
@@ -572,7 +576,10 @@ impl Store {
             return None;
         }
         match p.spot(key, overriding) {
-            LeafSpot::Absent(msn) => Some((None, msn)),
+            LeafSpot::Absent(msn) => {
+                self.leaf_reads_avoided.fetch_add(1, Ordering::Relaxed);
+                Some((None, msn))
+            }
             LeafSpot::Piece(bi, fi) => {
                 let b = p.basements.get(&(bi, fi))?;
                 Some((b.get(key).map(<[u8]>::to_vec), b.max_msn))
@@ -669,7 +676,7 @@ impl Store {
         };
         let (bi, fi) = match p.spot(key, overriding) {
             LeafSpot::Absent(msn) => {
-                self.partial_stats.leaf_reads_avoided += 1;
+                self.leaf_reads_avoided.fetch_add(1, Ordering::Relaxed);
                 return Ok((None, msn));
             }
             LeafSpot::Piece(bi, fi) => (bi, fi),

@@ -137,6 +137,13 @@ fn cpu_secs_self() -> f64 {
     (ticks(14 - 3) + ticks(15 - 3)) / 100.0
 }
 
+/// Prints the engine's internal counters (if any) to stderr, which the parent passes through.
+fn notes(kv: &dyn BenchKv, when: &str) {
+    if let Some(n) = kv.engine_notes() {
+        eprintln!("   engine counters {when}: {n}");
+    }
+}
+
 fn emit(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
@@ -375,15 +382,18 @@ pub fn run_child(spec_json: &str) -> anyhow::Result<()> {
             load(kv, spec.rows, spec.max_seconds, &random_row(seed), &mut out)?;
             out.ops_per_sec = out.insert_rows_per_sec;
             finish_sizes(kv, &spec, &mut out)?;
+            notes(kv, "after the load");
         }
         Workload::PointRead | Workload::Scan => {
             load(kv, spec.rows, spec.max_seconds, &random_row(seed), &mut out)?;
             finish_sizes(kv, &spec, &mut out)?;
+            notes(kv, "after the load");
             let st = if spec.workload == Workload::PointRead {
                 point_reads(kv, &spec, out.rows_written)?
             } else {
                 scans(kv, &spec)?
             };
+            notes(kv, "after the reads");
             out.ops_per_sec = st.ops_per_sec;
             out.reads = Some(st);
         }

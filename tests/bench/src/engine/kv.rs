@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
+use ftkv_engine::fractal::FractalEngine;
 use ftkv_engine::{Engine, EngineKind, EngineOptions, UpsertOp, WriteOp};
 
 /// Which engine a child process runs.
@@ -70,10 +71,15 @@ pub trait BenchKv {
     fn journal_bytes(&self) -> u64 {
         0
     }
+    /// Engine internals worth printing after a phase (the fractal tree's partial-read, spill
+    /// and checkpoint counters); `None` for engines without such counters.
+    fn engine_notes(&self) -> Option<String> {
+        None
+    }
 }
 
-/// An ftkv engine (fractal or sled).
-pub struct FtkvKv(pub Arc<dyn Engine>);
+/// An ftkv engine (fractal or sled); the fractal tree also as itself, for its counters.
+pub struct FtkvKv(pub Arc<dyn Engine>, pub Option<Arc<FractalEngine>>);
 
 impl BenchKv for FtkvKv {
     fn put_batch(&self, pairs: &[(Vec<u8>, Vec<u8>)]) -> anyhow::Result<()> {
@@ -122,6 +128,17 @@ impl BenchKv for FtkvKv {
 
     fn engine_size_bytes(&self) -> anyhow::Result<u64> {
         Ok(self.0.size_on_disk_bytes()?)
+    }
+
+    fn engine_notes(&self) -> Option<String> {
+        let f = self.1.as_ref()?;
+        Some(format!(
+            "cached {} MiB; partial reads {:?}; spills {:?}; last checkpoint {:?}",
+            f.cached_bytes() >> 20,
+            f.partial_read_stats(),
+            f.spill_stats(),
+            f.last_checkpoint_stats()
+        ))
     }
 }
 
@@ -231,8 +248,11 @@ pub fn open(name: EngineName, dir: &Path, cache_size_bytes: u64) -> anyhow::Resu
         compression_level: Some(1),
     };
     Ok(match name {
-        EngineName::Fractal => Box::new(FtkvKv(ftkv_engine::open_engine(EngineKind::Fractal, &opts)?)),
-        EngineName::Sled => Box::new(FtkvKv(ftkv_engine::open_engine(EngineKind::Sled, &opts)?)),
+        EngineName::Fractal => {
+            let f = Arc::new(FractalEngine::open(ftkv_vfs::RealVfs::new(), &opts)?);
+            Box::new(FtkvKv(f.clone(), Some(f)))
+        }
+        EngineName::Sled => Box::new(FtkvKv(ftkv_engine::open_engine(EngineKind::Sled, &opts)?, None)),
         EngineName::Fjall => Box::new(FjallKv::open(dir, cache_size_bytes)?),
     })
 }
