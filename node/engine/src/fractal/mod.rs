@@ -30,10 +30,13 @@
 //! quarter node, so they stay cached. Runs are cut into ~16 KiB compressed frames behind a
 //! fence-key index, so a lookup whose key a run's filter accepts decompresses one frame.
 //!
+//! Sequential inserts: a point message beyond the last key of the rightmost leaf (or before the
+//! first of the leftmost), with nothing pending for that edge on the way down, is applied straight
+//! to the cached edge leaf; edge leaves split unevenly, so sequential loads leave full leaves.
+//!
 //! Not yet built (see issue 3): background flushing and writer back-pressure (flushes run
-//! inline on the writer), the sequential-insert fast path straight to the edge leaf (edge leaves
-//! do split unevenly), sub-basement compression frames for point reads beyond memory, and the
-//! log replay of embedded mode (the node replays its Raft log).
+//! inline on the writer), hole punching of freed blocks (they are reused and the file tail is
+//! cut), and the log replay of embedded mode (the node replays its Raft log).
 
 //! Concurrency: a read-write lock guards the tree. Reads whose nodes are all cached run
 //! concurrently under the shared lock (CLOCK counts are atomics); a read that misses retries

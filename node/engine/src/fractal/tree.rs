@@ -240,6 +240,8 @@ pub struct SpillStats {
     pub runs_compacted: u64,
     /// Runs merged into their child (read, applied or pushed down, freed).
     pub runs_merged: u64,
+    /// Point messages applied straight to an edge leaf (the sequential-insert fast path).
+    pub edge_inserts: u64,
 }
 
 impl Tree {
@@ -263,6 +265,9 @@ impl Tree {
     /// Injects `msg` at the root; flushes and rebalances as needed. Never reads a leaf unless the
     /// root is one or a flush reaches it.
     pub fn inject(&mut self, msg: Msg) -> Result<()> {
+        let Some(msg) = self.try_edge_insert(msg)? else {
+            return Ok(());
+        };
         let root_id = self.root;
         let mut root = self.store.take(root_id)?;
         match &mut root {
@@ -276,6 +281,76 @@ impl Tree {
             }
         }
         self.fix_root(root_id, root)
+    }
+
+    /// The sequential-insert fast path (PerconaFT's "promotion" of edge inserts): a point
+    /// message whose key lies beyond the last (or before the first) key of the rightmost (or
+    /// leftmost) leaf is applied straight to that leaf when every node on the way is cached and
+    /// the buffers on the way hold nothing for the edge child, so the leaf is exactly up to date
+    /// and the message is the newest for its key. Falls back (returns the message) when the
+    /// leaf would outgrow a node: the normal path then buffers it and the flush splits the leaf
+    /// unevenly. Consecutive edge inserts thus fill leaves without passing through buffers.
+    fn try_edge_insert(&mut self, msg: Msg) -> Result<Option<Msg>> {
+        let Msg::Point { key, .. } = &msg else {
+            return Ok(Some(msg));
+        };
+        let mut id = self.root;
+        let mut right: Option<bool> = None;
+        loop {
+            let Some(node) = self.store.peek(id) else {
+                return Ok(Some(msg));
+            };
+            match node {
+                Node::Internal(n) => {
+                    let i = child_index(&n.pivots, key);
+                    let last = n.children.len().saturating_sub(1);
+                    let side = if i == last && i > 0 {
+                        true
+                    } else if i == 0 && last > 0 {
+                        false
+                    } else {
+                        return Ok(Some(msg));
+                    };
+                    if right.is_some_and(|r| r != side) || n.buffers.get(i).is_none_or(|b| !b.is_empty()) {
+                        return Ok(Some(msg));
+                    }
+                    right = Some(side);
+                    let Some(&c) = n.children.get(i) else {
+                        return Ok(Some(msg));
+                    };
+                    id = c;
+                }
+                Node::Leaf(l) => {
+                    // The root itself (right is None) takes messages directly anyway.
+                    let beyond = match right {
+                        Some(true) => l
+                            .basements
+                            .iter()
+                            .rev()
+                            .find_map(Basement::last_key)
+                            .is_none_or(|k| key.as_slice() > k),
+                        Some(false) => l
+                            .basements
+                            .iter()
+                            .find_map(Basement::first_key)
+                            .is_none_or(|k| key.as_slice() < k),
+                        None => false,
+                    };
+                    if !beyond || l.size_bytes() + msg.size_bytes() > self.params.node_size_bytes {
+                        return Ok(Some(msg));
+                    }
+                    break;
+                }
+            }
+        }
+        let mut leaf = self.store.take(id)?;
+        if let Node::Leaf(l) = &mut leaf {
+            l.apply(&msg);
+            l.normalize(self.params.basement_size_bytes);
+        }
+        self.store.put(id, leaf);
+        self.spill_stats.edge_inserts += 1;
+        Ok(None)
     }
 
     /// Splits an oversized root (growing the tree) or collapses a root with one child.
