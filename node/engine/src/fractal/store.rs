@@ -3,7 +3,7 @@
 //! CLOCK-evicted node cache with a byte budget (PerconaFT `ft/serialize/block_table.cc`,
 //! `ft/cachetable/cachetable.cc`).
 //!
-//! Space rules ([`super::space`]): a block referenced by one of the last two durable checkpoints
+//! Space rules (module `space`): a block referenced by one of the last two durable checkpoints
 //! or by the checkpoint being written is never overwritten; blocks written and superseded
 //! between two checkpoints are reused at once. Free space at the end of the file is cut off with
 //! `set_len` at each commit, so a steady overwrite workload reuses space instead of growing the
@@ -1072,7 +1072,7 @@ impl Store {
     }
 
     /// Incremental checkpointing: when dirty nodes exceed `limit_bytes`, writes those left
-    /// unmodified for the longest (at least [`IDLE_EPOCHS`] write batches; copy-on-write; they
+    /// unmodified for the longest (at least `IDLE_EPOCHS` = 8 write batches; copy-on-write; they
     /// stay cached, now clean) until half the limit is left, so a checkpoint only has a bounded
     /// amount left to write. Nodes modified in the last few batches (the root and the internal
     /// nodes taking flushes) are left for eviction or the checkpoint: writing them now would be
