@@ -787,25 +787,16 @@ pub fn decode_run_frames(
         let mut prev: Option<(Vec<u8>, Msn)> = None;
         for (i, f) in index.frames[frames.clone()].iter().enumerate() {
             let at = (f.offset - base) as usize;
-            let stored = data
-                .get(at..at + f.stored_len as usize)
-                .ok_or_else(|| format!("frame {} truncated", frames.start + i))?;
-            if index.version >= 3 && crc32c::crc32c(stored) != f.crc {
-                return Err(format!("run frame {} crc32c mismatch", frames.start + i));
-            }
-            let raw = if index.compressed {
-                zstd_decompress(stored, f.raw_len as usize).map_err(|e| format!("run zstd: {e}"))?
-            } else {
-                stored.to_vec()
-            };
-            if raw.len() != f.raw_len as usize {
-                return Err(format!(
-                    "run frame {} is {} bytes, index says {}",
-                    frames.start + i,
-                    raw.len(),
-                    f.raw_len
-                ));
-            }
+            // A version-2 run is one frame checked by the BTT crc of the whole block.
+            let crc = (index.version >= 3).then_some(f.crc);
+            let raw = unpack_frame(
+                data,
+                at,
+                (f.stored_len, f.raw_len),
+                crc,
+                index.compressed,
+                frames.start + i,
+            )?;
             let mut p = R::new(&raw);
             for j in 0..f.msgs {
                 let msn = p.u64()?;
@@ -1597,6 +1588,36 @@ fn read_frame_tables(r: &mut R<'_>, n: usize) -> Result<Vec<BasementFrames>, Det
     Ok(out)
 }
 
+/// The raw bytes of frame number `n` (for messages) stored at `data[at..]`: `(stored, raw)`
+/// lengths from its index, checked against `crc` when given, decompressed when `compressed`.
+fn unpack_frame(
+    data: &[u8],
+    at: usize,
+    (stored_len, raw_len): (u32, u32),
+    crc: Option<u32>,
+    compressed: bool,
+    n: usize,
+) -> Result<Vec<u8>, Detail> {
+    let stored = data
+        .get(at..at.saturating_add(stored_len as usize))
+        .ok_or_else(|| format!("frame {n} truncated"))?;
+    if crc.is_some_and(|c| crc32c::crc32c(stored) != c) {
+        return Err(format!("frame {n} crc32c mismatch"));
+    }
+    let raw = if compressed {
+        zstd_decompress(stored, raw_len as usize).map_err(|e| format!("frame {n} zstd: {e}"))?
+    } else {
+        stored.to_vec()
+    };
+    if raw.len() != raw_len as usize {
+        return Err(format!(
+            "frame {n} is {} bytes, its index says {raw_len}",
+            raw.len()
+        ));
+    }
+    Ok(raw)
+}
+
 /// Decodes frames `range` of a basement whose stored bytes (from the first of them on) are
 /// `data`: each frame's crc32c, length, first key and the strict key order are checked.
 fn decode_frames(
@@ -1612,25 +1633,14 @@ fn decode_frames(
     let base = frames.first().map_or(0, |f| f.offset as usize);
     for (i, f) in frames.iter().enumerate() {
         let at = f.offset as usize - base;
-        let stored = data
-            .get(at..at + f.stored_len as usize)
-            .ok_or_else(|| format!("frame {} truncated", range.start + i))?;
-        if crc32c::crc32c(stored) != f.crc {
-            return Err(format!("frame {} crc32c mismatch", range.start + i));
-        }
-        let raw = if compressed {
-            zstd_decompress(stored, f.raw_len as usize).map_err(|e| format!("frame zstd: {e}"))?
-        } else {
-            stored.to_vec()
-        };
-        if raw.len() != f.raw_len as usize {
-            return Err(format!(
-                "frame {} is {} bytes, table says {}",
-                range.start + i,
-                raw.len(),
-                f.raw_len
-            ));
-        }
+        let raw = unpack_frame(
+            data,
+            at,
+            (f.stored_len, f.raw_len),
+            Some(f.crc),
+            compressed,
+            range.start + i,
+        )?;
         let mut r = R::new(&raw);
         for j in 0..f.entries {
             let k = r.slice()?;
