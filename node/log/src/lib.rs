@@ -285,10 +285,17 @@ impl Drop for Handle {
     fn drop(&mut self) {
         self.shared.state.lock().shutdown = true;
         self.shared.work_cv.notify_all();
-        // The last handle may be dropped by a callback running on the flusher itself.
+        // The last handle may be dropped by a callback running on the flusher itself: the
+        // flusher cannot join itself (it stops after this callback), but the preparer is joined
+        // so that it cannot still be filling `next-segment.tmp` when the directory is reopened.
         if std::thread::current().id() == self.flusher_id {
             self.shared.prep.lock().shutdown = true;
             self.shared.prep_cv.notify_all();
+            if let Some(j) = self.preparer.lock().take() {
+                if j.join().is_err() {
+                    tracing::error!("log segment preparer thread panicked");
+                }
+            }
             return;
         }
         if let Some(j) = self.flusher.lock().take() {

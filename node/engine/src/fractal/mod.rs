@@ -398,9 +398,19 @@ impl Engine for FractalEngine {
         // Encoding, writing and syncing: readers and writers go on meanwhile.
         match job.run() {
             Ok(done) => {
-                let stats = self.inner.write().mutate(|t| t.store.finish_checkpoint(done))?;
-                *self.last_checkpoint.lock() = Some(stats);
-                Ok(())
+                // The checkpoint is durable: finish it even if a writer poisoned the engine
+                // meanwhile (memory bookkeeping and a `set_len`), and report what is true.
+                let mut inner = self.inner.write();
+                match inner.tree.store.finish_checkpoint(done) {
+                    Ok(stats) => {
+                        *self.last_checkpoint.lock() = Some(stats);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        inner.poisoned = true;
+                        Err(e)
+                    }
+                }
             }
             Err(e) => {
                 let mut inner = self.inner.write();

@@ -457,7 +457,14 @@ impl Store {
             loc.offset,
             loc.size
         );
-        if lo.is_empty() && hi.is_none() {
+        let index = if lo.is_empty() && hi.is_none() {
+            None
+        } else {
+            Some(self.run_index(id, &loc, &location)?)
+        };
+        // A format-2 run is one frame without a crc of its own: it is read whole, like a whole
+        // run, so the BTT crc of the block checks it.
+        let Some(index) = index.filter(|ix| ix.version >= 3) else {
             // Whole run: one read, checked against the BTT crc of the whole block.
             self.run_indexes.lock().whole_reads += 1;
             let buf = self.read_span(id, &loc, 0, u64::from(loc.size))?;
@@ -469,10 +476,9 @@ impl Store {
                 });
             }
             return decode_run_range(&buf, id, &location, lo, hi);
-        }
+        };
         // A key range: the frame index (cached), then only the frames that can hold the range,
         // each checked against its own crc in the index.
-        let index = self.run_index(id, &loc, &location)?;
         let frames = index.frames_for(lo, hi);
         let mut out = Vec::new();
         let (Some(first), Some(last)) = (
@@ -508,8 +514,11 @@ impl Store {
         let index = Arc::new(decode_run_index(&head, u64::from(loc.size), id, location)?);
         let cap = self.budget_bytes / RUN_INDEX_CACHE_SHARE;
         let mut runs = self.run_indexes.lock();
+        // Another reader may have cached it meanwhile: count each entry once.
+        if let Some(old) = runs.map.insert(id, Arc::clone(&index)) {
+            runs.bytes -= old.size_bytes();
+        }
         runs.bytes += index.size_bytes();
-        runs.map.insert(id, Arc::clone(&index));
         if runs.bytes > cap {
             // Drop entries (in map order) down to three quarters of the share.
             let victims: Vec<u64> = runs.map.keys().copied().filter(|k| *k != id).collect();
@@ -1086,7 +1095,13 @@ impl Store {
         let mut dirty: Vec<(u64, u8, NodeId)> = self
             .cache
             .iter()
-            .filter(|(id, e)| e.dirty && **id != pinned && e.modified_epoch <= idle_before)
+            // A node a checkpoint in progress holds is being written by it (and adopted after).
+            .filter(|(id, e)| {
+                e.dirty
+                    && **id != pinned
+                    && e.modified_epoch <= idle_before
+                    && Arc::strong_count(&e.node) == 1
+            })
             .map(|(id, e)| (e.modified_epoch, e.clock.load(Ordering::Relaxed), *id))
             .collect();
         dirty.sort_unstable();

@@ -853,7 +853,6 @@ fn get_from(src: &mut impl Fetch, root: NodeId, key: &[u8]) -> Result<Option<Opt
     }
 }
 
-/// Applies the ancestor messages above `floor` (the basement's applied MSN) in MSN order.
 /// MSN of the newest message in `msgs` (all for one key) that sets or deletes the key outright
 /// (a Put, a Delete, or a DeleteRange): the value below it no longer matters.
 fn overriding_msn(msgs: &[Msg]) -> Option<Msn> {
@@ -866,6 +865,7 @@ fn overriding_msn(msgs: &[Msg]) -> Option<Msn> {
         .max()
 }
 
+/// Applies the ancestor messages above `floor` (the basement's applied MSN) in MSN order.
 fn finish_point_read(mut v: Option<Vec<u8>>, floor: Msn, key: &[u8], mut msgs: Vec<Msg>) -> Option<Vec<u8>> {
     msgs.sort_by_key(Msg::msn);
     for m in msgs.iter().filter(|m| m.msn() > floor) {
