@@ -499,6 +499,34 @@ fn encode_run_msg(p: &mut W, m: &Msg) -> Result<()> {
     Ok(())
 }
 
+/// Encodes a run as format 2 wrote it (36-byte header, one payload, zstd level 1 when
+/// `compressed`), for compatibility tests.
+#[cfg(test)]
+pub(crate) fn encode_run_v2(id: u64, msgs: &[Msg], compressed: bool) -> Vec<u8> {
+    let mut p = W::default();
+    for m in msgs {
+        encode_run_msg(&mut p, m).expect("point messages");
+    }
+    let raw_len = p.0.len() as u32;
+    let payload = if compressed {
+        zstd::bulk::compress(&p.0, 1).expect("zstd")
+    } else {
+        p.0
+    };
+    let mut w = W::default();
+    w.0.extend_from_slice(RUN_MAGIC);
+    w.u32(2);
+    w.u64(id);
+    w.u8(u8::from(compressed));
+    w.0.extend_from_slice(&[0, 0, 0]);
+    w.u32(raw_len);
+    w.u32(msgs.len() as u32);
+    let crc = crc32c::crc32c(&w.0);
+    w.u32(crc);
+    w.0.extend_from_slice(&payload);
+    w.0
+}
+
 /// Encodes a spilled run (point messages sorted by (key, MSN)), format 3: a 40-byte fixed
 /// header (magic `FTKVRUN\0`, u32 version, u64 run id, u8 compressed, 3 zero bytes, u32 frame
 /// count, u32 message count, u32 frame index length, u32 crc32c of the 36 bytes before), the
@@ -1889,24 +1917,7 @@ mod tests {
     #[test]
     fn version_2_runs_still_decode() {
         let msgs = run_msgs();
-        let mut p = W::default();
-        for m in &msgs {
-            encode_run_msg(&mut p, m).unwrap();
-        }
-        let raw_len = p.0.len() as u32;
-        let payload = zstd::bulk::compress(&p.0, 1).unwrap();
-        let mut w = W::default();
-        w.0.extend_from_slice(RUN_MAGIC);
-        w.u32(2);
-        w.u64(7);
-        w.u8(1);
-        w.0.extend_from_slice(&[0, 0, 0]);
-        w.u32(raw_len);
-        w.u32(msgs.len() as u32);
-        let crc = crc32c::crc32c(&w.0);
-        w.u32(crc);
-        w.0.extend_from_slice(&payload);
-        let enc = w.0;
+        let enc = encode_run_v2(7, &msgs, true);
         assert_eq!(decode_run_range(&enc, 7, "t", &[], None).unwrap(), msgs);
         assert_eq!(run_index_len(&enc[..RUN_FIXED_HEADER_BYTES], 7, "t").unwrap(), 0);
         let index = decode_run_index(&enc[..RUN_FIXED_HEADER_BYTES], enc.len() as u64, 7, "t").unwrap();
