@@ -535,54 +535,17 @@ pub(crate) fn encode_run_v2(id: u64, msgs: &[Msg], compressed: bool) -> Vec<u8> 
 /// [`RUN_FRAME_RAW_BYTES`] of messages (zstd-compressed or raw): per message u64 MSN, u8 tag (1
 /// Put, 2 Delete, 3 Upsert), key, value or op. A key's messages never straddle two frames.
 pub fn encode_run(id: u64, msgs: &[Msg], level: Option<i32>) -> Result<Vec<u8>> {
-    struct Frame {
-        first_key: Vec<u8>,
-        msgs: u32,
-        raw_len: u32,
-        stored: Vec<u8>,
-    }
-    let mut frames: Vec<Frame> = Vec::new();
-    let mut p = W(Vec::with_capacity(RUN_FRAME_RAW_BYTES + 1024));
-    let mut first_key: Option<&[u8]> = None;
-    let mut in_frame = 0u32;
-    let mut finish = |p: &mut W, first: &[u8], n: u32| -> Result<()> {
-        let raw = std::mem::replace(&mut p.0, Vec::with_capacity(RUN_FRAME_RAW_BYTES + 1024));
-        let raw_len = raw.len() as u32;
-        frames.push(Frame {
-            first_key: first.to_vec(),
-            msgs: n,
-            raw_len,
-            stored: compress(raw, level)?,
-        });
-        Ok(())
-    };
+    let mut fw = FrameWriter::new(RUN_FRAME_RAW_BYTES, level);
     for (i, m) in msgs.iter().enumerate() {
         let key = msg_key(m);
-        // Cut only between two keys, once the frame is full.
-        if let Some(fk) = first_key {
-            if p.0.len() >= RUN_FRAME_RAW_BYTES && msgs.get(i.wrapping_sub(1)).map(msg_key) != Some(key) {
-                finish(&mut p, fk, in_frame)?;
-                first_key = None;
-                in_frame = 0;
-            }
-        }
-        if first_key.is_none() {
-            first_key = Some(key);
-        }
-        encode_run_msg(&mut p, m)?;
-        in_frame += 1;
+        // Cut only between two keys.
+        let new_key = i == 0 || msgs.get(i - 1).map(msg_key) != Some(key);
+        fw.begin_item(key, new_key)?;
+        encode_run_msg(&mut fw.raw, m)?;
     }
-    if let Some(fk) = first_key {
-        finish(&mut p, fk, in_frame)?;
-    }
+    let frames = fw.finish()?;
     let mut index = W::default();
-    for f in &frames {
-        index.bytes(&f.first_key);
-        index.u32(f.msgs);
-        index.u32(f.stored.len() as u32);
-        index.u32(f.raw_len);
-        index.u32(crc32c::crc32c(&f.stored));
-    }
+    write_frame_table(&frames, &mut index);
     let icrc = crc32c::crc32c(&index.0);
     index.u32(icrc);
     let mut w = W(Vec::with_capacity(
@@ -1043,58 +1006,102 @@ pub const BASEMENT_FRAME_RAW_BYTES: usize = 4 << 10;
 /// entries, u32 stored length, u32 raw length, u32 crc32c of the stored bytes). Returns the
 /// stored partition and its raw length.
 fn encode_basement_frames(b: &Basement, level: Option<i32>, info: &mut W) -> Result<(Vec<u8>, u32)> {
-    struct Frame {
-        first_key: Vec<u8>,
-        entries: u32,
-        raw_len: u32,
-        stored: Vec<u8>,
-    }
-    let mut frames: Vec<Frame> = Vec::new();
-    let mut raw = W(Vec::with_capacity(BASEMENT_FRAME_RAW_BYTES + 256));
-    let mut first: Option<&[u8]> = None;
-    let mut entries = 0u32;
-    let mut finish = |raw: &mut W, first: &[u8], entries: u32| -> Result<()> {
-        let bytes = std::mem::replace(&mut raw.0, Vec::with_capacity(BASEMENT_FRAME_RAW_BYTES + 256));
-        let raw_len = bytes.len() as u32;
-        frames.push(Frame {
-            first_key: first.to_vec(),
-            entries,
-            raw_len,
-            stored: compress(bytes, level)?,
-        });
-        Ok(())
-    };
+    let mut fw = FrameWriter::new(BASEMENT_FRAME_RAW_BYTES, level);
     for (k, v) in b.iter() {
-        if let Some(f) = first {
-            if raw.0.len() >= BASEMENT_FRAME_RAW_BYTES {
-                finish(&mut raw, f, entries)?;
-                first = None;
-                entries = 0;
-            }
-        }
-        first.get_or_insert(k);
-        raw.bytes(k);
-        raw.bytes(v);
-        entries += 1;
+        fw.begin_item(k, true)?;
+        fw.raw.bytes(k);
+        fw.raw.bytes(v);
     }
-    if let Some(f) = first {
-        finish(&mut raw, f, entries)?;
-    }
+    let frames = fw.finish()?;
     info.u64(b.max_msn);
     info.u32(b.len() as u32);
     info.u32(frames.len() as u32);
-    let mut total_raw = 0u32;
+    write_frame_table(&frames, info);
+    let total_raw = frames.iter().map(|f| f.raw_len).sum();
     let mut stored = Vec::with_capacity(frames.iter().map(|f| f.stored.len()).sum());
     for f in &frames {
-        info.bytes(&f.first_key);
-        info.u32(f.entries);
-        info.u32(f.stored.len() as u32);
-        info.u32(f.raw_len);
-        info.u32(crc32c::crc32c(&f.stored));
-        total_raw += f.raw_len;
         stored.extend_from_slice(&f.stored);
     }
     Ok((stored, total_raw))
+}
+
+/// One encoded frame of a run or basement.
+struct EncFrame {
+    first_key: Vec<u8>,
+    /// Messages or entries in it.
+    count: u32,
+    raw_len: u32,
+    stored: Vec<u8>,
+}
+
+/// Cuts a stream of encoded items (run messages, basement entries) into frames of about
+/// `target_raw_bytes`, each compressed alone. Callers announce each item with
+/// [`FrameWriter::begin_item`], then append its bytes to `raw`.
+struct FrameWriter {
+    target_raw_bytes: usize,
+    level: Option<i32>,
+    frames: Vec<EncFrame>,
+    raw: W,
+    first_key: Option<Vec<u8>>,
+    count: u32,
+}
+
+impl FrameWriter {
+    fn new(target_raw_bytes: usize, level: Option<i32>) -> Self {
+        FrameWriter {
+            target_raw_bytes,
+            level,
+            frames: Vec::new(),
+            raw: W(Vec::with_capacity(target_raw_bytes + 1024)),
+            first_key: None,
+            count: 0,
+        }
+    }
+
+    /// Starts an item with key `key`; a full frame is closed first when `may_cut` (callers
+    /// forbid cuts inside one key's messages).
+    fn begin_item(&mut self, key: &[u8], may_cut: bool) -> Result<()> {
+        if may_cut && self.first_key.is_some() && self.raw.0.len() >= self.target_raw_bytes {
+            self.cut()?;
+        }
+        if self.first_key.is_none() {
+            self.first_key = Some(key.to_vec());
+        }
+        self.count += 1;
+        Ok(())
+    }
+
+    fn cut(&mut self) -> Result<()> {
+        let Some(first_key) = self.first_key.take() else {
+            return Ok(());
+        };
+        let raw = std::mem::replace(&mut self.raw.0, Vec::with_capacity(self.target_raw_bytes + 1024));
+        let raw_len = raw.len() as u32;
+        self.frames.push(EncFrame {
+            first_key,
+            count: std::mem::take(&mut self.count),
+            raw_len,
+            stored: compress(raw, self.level)?,
+        });
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<Vec<EncFrame>> {
+        self.cut()?;
+        Ok(self.frames)
+    }
+}
+
+/// Writes a frame table: per frame the first key, u32 count, u32 stored length, u32 raw
+/// length and u32 crc32c of the stored bytes.
+fn write_frame_table(frames: &[EncFrame], out: &mut W) {
+    for f in frames {
+        out.bytes(&f.first_key);
+        out.u32(f.count);
+        out.u32(f.stored.len() as u32);
+        out.u32(f.raw_len);
+        out.u32(crc32c::crc32c(&f.stored));
+    }
 }
 
 /// Lays out a node block: the fixed header, the partition table (offset, stored length, raw
