@@ -717,29 +717,24 @@ pub fn decode_run_index(head: &[u8], block_len: u64, expect_id: u64, location: &
             return Err("run frame index crc32c mismatch".into());
         }
         let mut ir = R::new(body);
-        let mut frames = Vec::with_capacity(nframes.min(1 << 16));
         let mut offset = (RUN_FIXED_HEADER_BYTES + len) as u64;
         let mut total = 0u64;
-        for _ in 0..nframes {
-            let first_key = ir.bytes()?;
-            let fmsgs = ir.u32()?;
-            let stored_len = ir.u32()?;
-            let raw_len = ir.u32()?;
-            let crc = ir.u32()?;
-            if frames.last().is_some_and(|p: &RunFrame| p.first_key >= first_key) {
-                return Err("run frames not in key order".into());
-            }
-            frames.push(RunFrame {
-                first_key,
-                msgs: fmsgs,
-                offset,
-                stored_len,
-                raw_len,
-                crc,
-            });
-            offset += u64::from(stored_len);
-            total += u64::from(fmsgs);
-        }
+        let frames: Vec<RunFrame> = read_frame_rows(&mut ir, nframes, "run")?
+            .into_iter()
+            .map(|row| {
+                let f = RunFrame {
+                    first_key: row.first_key,
+                    msgs: row.count,
+                    offset,
+                    stored_len: row.stored_len,
+                    raw_len: row.raw_len,
+                    crc: row.crc,
+                };
+                offset += u64::from(row.stored_len);
+                total += u64::from(row.count);
+                f
+            })
+            .collect();
         ir.done()?;
         if total != u64::from(msgs) {
             return Err(format!("run frames hold {total} messages, header says {msgs}"));
@@ -1090,6 +1085,38 @@ impl FrameWriter {
         self.cut()?;
         Ok(self.frames)
     }
+}
+
+/// One row of a frame table as stored.
+struct FrameRow {
+    first_key: Vec<u8>,
+    count: u32,
+    stored_len: u32,
+    raw_len: u32,
+    crc: u32,
+}
+
+/// Reads `n` rows of a frame table ([`write_frame_table`]'s layout), checking that first keys
+/// strictly increase and no frame is empty; `what` names the table in errors.
+fn read_frame_rows(r: &mut R<'_>, n: usize, what: &str) -> Result<Vec<FrameRow>, Detail> {
+    let mut rows: Vec<FrameRow> = Vec::with_capacity(n.min(1 << 16));
+    for _ in 0..n {
+        let row = FrameRow {
+            first_key: r.bytes()?,
+            count: r.u32()?,
+            stored_len: r.u32()?,
+            raw_len: r.u32()?,
+            crc: r.u32()?,
+        };
+        if rows.last().is_some_and(|p| p.first_key >= row.first_key) {
+            return Err(format!("{what}: frames not in key order"));
+        }
+        if row.count == 0 {
+            return Err(format!("{what}: empty frame"));
+        }
+        rows.push(row);
+    }
+    Ok(rows)
 }
 
 /// Writes a frame table: per frame the first key, u32 count, u32 stored length, u32 raw
@@ -1586,28 +1613,19 @@ fn read_frame_tables(r: &mut R<'_>, n: usize) -> Result<Vec<BasementFrames>, Det
         let mut frames: Vec<LeafFrame> = Vec::with_capacity(nframes.min(1 << 12));
         let mut offset = 0u32;
         let mut total = 0u64;
-        for _ in 0..nframes {
-            let first_key = r.bytes()?;
-            let fentries = r.u32()?;
-            let stored_len = r.u32()?;
-            let raw_len = r.u32()?;
-            let crc = r.u32()?;
-            if frames.last().is_some_and(|p| p.first_key >= first_key) {
-                return Err(format!("basement {b}: frames not in key order"));
-            }
-            if fentries == 0 {
-                return Err(format!("basement {b}: empty frame"));
-            }
+        for row in read_frame_rows(r, nframes, &format!("basement {b}"))? {
             frames.push(LeafFrame {
-                first_key,
-                entries: fentries,
+                first_key: row.first_key,
+                entries: row.count,
                 offset,
-                stored_len,
-                raw_len,
-                crc,
+                stored_len: row.stored_len,
+                raw_len: row.raw_len,
+                crc: row.crc,
             });
-            offset = offset.checked_add(stored_len).ok_or("frame offsets overflow")?;
-            total += u64::from(fentries);
+            offset = offset
+                .checked_add(row.stored_len)
+                .ok_or("frame offsets overflow")?;
+            total += u64::from(row.count);
         }
         if total != u64::from(entries) {
             return Err(format!(
@@ -1749,6 +1767,17 @@ pub fn decode_basement_partition(raw: &[u8], location: &str) -> Result<Basement>
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// Partition `e` of the node block `enc`, verified and decompressed.
+    fn stored_partition(enc: &[u8], e: &PartEntry, compressed: bool) -> Vec<u8> {
+        decode_partition(
+            &enc[e.offset as usize..(e.offset + e.len) as usize],
+            e,
+            compressed,
+            "t",
+        )
+        .unwrap()
+    }
 
     #[test]
     fn node_roundtrip_and_bitflip() {
@@ -1965,13 +1994,7 @@ mod tests {
             let index = decode_node_index(&enc[..hlen], 9, "t").unwrap();
             assert_eq!(index.version, FORMAT_VERSION);
             let p0 = index.parts[0];
-            let raw = decode_partition(
-                &enc[p0.offset as usize..(p0.offset + p0.len) as usize],
-                &p0,
-                index.compressed,
-                "t",
-            )
-            .unwrap();
+            let raw = stored_partition(&enc, &p0, index.compressed);
             let info = decode_leaf_info(&raw, index.parts.len() - 1, index.version, "t").unwrap();
             assert_eq!(info.pivots, leaf.pivots);
             let tables = info.frames.unwrap();
@@ -2038,23 +2061,11 @@ mod tests {
         let index = decode_node_index(&enc[..hlen], 4, "t").unwrap();
         assert_eq!(index.version, 2);
         let p0 = index.parts[0];
-        let raw = decode_partition(
-            &enc[p0.offset as usize..(p0.offset + p0.len) as usize],
-            &p0,
-            true,
-            "t",
-        )
-        .unwrap();
+        let raw = stored_partition(&enc, &p0, true);
         let info = decode_leaf_info(&raw, index.parts.len() - 1, 2, "t").unwrap();
         assert!(info.frames.is_none());
         let p1 = index.parts[1];
-        let raw = decode_partition(
-            &enc[p1.offset as usize..(p1.offset + p1.len) as usize],
-            &p1,
-            true,
-            "t",
-        )
-        .unwrap();
+        let raw = stored_partition(&enc, &p1, true);
         assert_eq!(decode_basement_partition(&raw, "t").unwrap(), leaf.basements[0]);
     }
 }
