@@ -506,11 +506,11 @@ impl Store {
         let fixed_len = (RUN_FIXED_HEADER_BYTES as u64).min(u64::from(loc.size));
         let fixed = self.read_span(id, loc, 0, fixed_len)?;
         let index_len = run_index_len(&fixed, id, location)? as u64;
-        let head = if index_len == 0 {
-            fixed
-        } else {
-            self.read_span(id, loc, 0, RUN_FIXED_HEADER_BYTES as u64 + index_len)?
-        };
+        let mut head = fixed;
+        if index_len > 0 {
+            // Only the index follows; the fixed header is already here.
+            head.extend(self.read_span(id, loc, RUN_FIXED_HEADER_BYTES as u64, index_len)?);
+        }
         let index = Arc::new(decode_run_index(&head, u64::from(loc.size), id, location)?);
         let cap = self.budget_bytes / RUN_INDEX_CACHE_SHARE;
         let mut runs = self.run_indexes.lock();
@@ -690,7 +690,16 @@ impl Store {
             }
             LeafSpot::Piece(bi, fi) => (bi, fi),
         };
-        let (_, entry) = data_partition(&p.index, &p.pivots, key, &location)?;
+        // Basement `bi` (from `spot`) is data partition `bi + 1`.
+        let entry = p
+            .index
+            .parts
+            .get(bi + 1)
+            .copied()
+            .ok_or_else(|| EngineError::Corruption {
+                location: location.clone(),
+                detail: format!("no partition for basement {bi}"),
+            })?;
         let b = match p.frames.as_ref().and_then(|f| f.get(bi)) {
             Some(bf) => {
                 // Format 3: one frame, checked against its crc in the (verified) frame table.
