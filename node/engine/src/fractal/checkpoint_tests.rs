@@ -142,3 +142,107 @@ fn a_crash_after_an_overlapped_checkpoint_returns_its_snapshot() {
         e.check_integrity().unwrap();
     }
 }
+
+/// Takes the engine's writeback thread away, so the test drives writeback by hand and inline
+/// writes stay deterministic.
+fn without_writeback_thread(e: &FractalEngine) {
+    let mut g = e.inner.write();
+    g.writeback = None;
+    g.tree.store.set_background_writes(false);
+}
+
+/// Background writeback beside writers and checkpoints (deterministic interleavings: begin a
+/// job, write, maybe begin a checkpoint, run and finish the job, finish the checkpoint): a node
+/// changed while the job wrote it keeps its newer state and stays dirty, an unchanged one is
+/// adopted clean, and a crash returns the last checkpoint's snapshot.
+#[test]
+fn writeback_adopts_only_unchanged_nodes_beside_writers_and_checkpoints() {
+    for (seed, cache_size_bytes) in [(11u64, 1u64 << 20), (12, 64 << 10)] {
+        let vfs = FaultVfs::new(seed);
+        let e = open(&vfs, cache_size_bytes);
+        without_writeback_thread(&e);
+        let mut x = seed;
+        let mut round = 0u64;
+        let mut model = BTreeMap::new();
+        let mut durable: Option<(u64, BTreeMap<Vec<u8>, Vec<u8>>)> = None;
+        let (mut written, mut adopted) = (0u64, 0u64);
+        for cycle in 0..12u64 {
+            for _ in 0..10 {
+                round += 1;
+                let ops = batch(&mut x, round);
+                e.write(&ops, Some(&round.to_le_bytes())).unwrap();
+                apply_ops(&mut model, &ops);
+            }
+            let job = {
+                let mut g = e.inner.write();
+                let t = &mut g.tree;
+                t.store.next_write_epoch();
+                t.store.begin_writeback(0, t.root)
+            };
+            let Some(job) = job else { continue };
+            assert!(!job.is_empty());
+            // Writers change some of the nodes the job holds.
+            for _ in 0..cycle % 3 * 2 {
+                round += 1;
+                let ops = batch(&mut x, round);
+                e.write(&ops, Some(&round.to_le_bytes())).unwrap();
+                apply_ops(&mut model, &ops);
+            }
+            let checkpoint = (cycle % 2 == 0).then(|| (round, model.clone(), e.inner.write().tree.begin_checkpoint()));
+            let done = job.run().unwrap();
+            let stats = e.inner.write().tree.store.finish_writeback(done);
+            written += stats.nodes_written;
+            adopted += stats.adopted;
+            if let Some((r, snapshot, ckpt)) = checkpoint {
+                let done = ckpt.run().unwrap();
+                e.inner.write().tree.store.finish_checkpoint(done).unwrap();
+                durable = Some((r, snapshot));
+            }
+            assert_eq!(dump(&e), model, "live tree after cycle {cycle} (seed {seed})");
+            e.check_integrity().unwrap();
+            assert_eq!(e.inner.write().tree.store.check_space(), Ok(()));
+        }
+        assert!(adopted > 0, "no writeback adopted (seed {seed})");
+        assert!(adopted < written, "every writeback adopted: writers never raced it (seed {seed})");
+        // Writes after the last checkpoint are lost in the crash.
+        for _ in 0..5 {
+            round += 1;
+            e.write(&batch(&mut x, round), Some(&round.to_le_bytes())).unwrap();
+        }
+        drop(e);
+        vfs.crash(false);
+        let e = open(&vfs, cache_size_bytes);
+        let (r, snapshot) = durable.unwrap();
+        assert_eq!(e.meta().unwrap(), Some(r.to_le_bytes().to_vec()));
+        assert_eq!(dump(&e), snapshot, "after the crash (seed {seed})");
+        e.check_integrity().unwrap();
+    }
+}
+
+/// The writeback thread under a small cache: it writes and the tree adopts, reads stay equal
+/// to the model throughout, and a checkpoint then a crash return everything.
+#[test]
+fn writeback_thread_keeps_a_small_cache_consistent() {
+    let vfs = FaultVfs::new(21);
+    let cache_size_bytes = 32u64 << 10;
+    let e = open(&vfs, cache_size_bytes);
+    let mut x = 21u64;
+    let mut model = BTreeMap::new();
+    for round in 1..=300u64 {
+        let ops = batch(&mut x, round);
+        e.write(&ops, None).unwrap();
+        apply_ops(&mut model, &ops);
+        if round % 50 == 0 {
+            assert_eq!(dump(&e), model, "round {round}");
+            e.check_integrity().unwrap();
+        }
+    }
+    let totals = e.writeback_totals();
+    assert!(totals.nodes_written > 0 && totals.adopted > 0, "{totals:?}");
+    e.checkpoint().unwrap();
+    drop(e);
+    vfs.crash(false);
+    let e = open(&vfs, cache_size_bytes);
+    assert_eq!(dump(&e), model);
+    e.check_integrity().unwrap();
+}

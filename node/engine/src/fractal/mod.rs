@@ -34,8 +34,11 @@
 //! first of the leftmost), with nothing pending for that edge on the way down, is applied straight
 //! to the cached edge leaf; edge leaves split unevenly, so sequential loads leave full leaves.
 //!
-//! Not yet built (see issue 3): background flushing and writer back-pressure (flushes run
-//! inline on the writer), hole punching of freed blocks (they are reused and the file tail is
+//! Background work ([`writeback`]): a second thread encodes and writes idle dirty nodes beside
+//! the writer; the writer waits for it only when dirty nodes pile up (back-pressure).
+//!
+//! Not yet built (see issue 3): background flushing of buffers (flushes run inline on the
+//! writer), hole punching of freed blocks (they are reused and the file tail is
 //! cut), and the log replay of embedded mode (the node replays its Raft log).
 
 //! Concurrency: a read-write lock guards the tree. Reads whose nodes are all cached run
@@ -51,6 +54,7 @@ pub mod node;
 mod space;
 pub mod store;
 pub mod tree;
+pub mod writeback;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -63,6 +67,7 @@ use self::msg::{Msg, PointOp, RangeMsg, RangeOp};
 use self::node::{Leaf, Node};
 use self::store::{CheckpointStats, Store};
 use self::tree::Tree;
+use self::writeback::{Writeback, WritebackTotals};
 pub use self::tree::TreeParams;
 use crate::{Engine, EngineError, EngineKind, EngineOptions, IntegrityReport, KeyValue, Result, WriteOp};
 
@@ -83,6 +88,8 @@ pub struct FractalEngine {
 struct Inner {
     tree: Tree,
     poisoned: bool,
+    /// Background writer of idle dirty nodes (`None`: written inline).
+    writeback: Option<Writeback>,
 }
 
 fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> EngineError {
@@ -114,11 +121,14 @@ impl FractalEngine {
         // Reads are of single nodes, partitions and frames: readahead only evicts useful pages.
         file.advise_random()
             .map_err(io(format!("posix_fadvise {}", path.display())))?;
-        let tree = load_tree(file, &path, opts, params)?;
+        let mut tree = load_tree(file, &path, opts, params)?;
+        let writeback = Writeback::start();
+        tree.store.set_background_writes(writeback.is_some());
         Ok(FractalEngine {
             inner: RwLock::new(Inner {
                 tree,
                 poisoned: false,
+                writeback,
             }),
             path,
             checkpoint_lock: Mutex::new(()),
@@ -151,6 +161,16 @@ impl FractalEngine {
     /// finish (the only pauses writers see) against the time spent writing beside them.
     pub fn last_checkpoint_stats(&self) -> Option<CheckpointStats> {
         *self.last_checkpoint.lock()
+    }
+
+    /// Totals of the background writeback since open (zero when it runs inline).
+    pub fn writeback_totals(&self) -> WritebackTotals {
+        self.inner
+            .read()
+            .writeback
+            .as_ref()
+            .map(|w| w.totals)
+            .unwrap_or_default()
     }
 
     /// Bytes of nodes currently cached.
@@ -324,6 +344,52 @@ impl Inner {
         }
         r
     }
+
+    /// After a write batch: adopts a finished writeback job, starts the next one when dirty
+    /// nodes exceed half the cache budget (or leaves wait to be written and evicted), and makes
+    /// the writer wait for the running job (smooth back-pressure) when dirty nodes pass three
+    /// quarters of the budget or the cache is over budget by an eighth. Without the thread,
+    /// writes inline (above a quarter of the budget).
+    fn writeback_step(&mut self) -> Result<()> {
+        if self.poisoned {
+            return Err(EngineError::Poisoned);
+        }
+        let budget = self.tree.store.budget_bytes();
+        let Some(wb) = self.writeback.as_mut() else {
+            return self.mutate(|t| t.store.write_some_dirty(budget / 4, t.root));
+        };
+        let limit = budget / 2;
+        self.tree.store.next_write_epoch();
+        let mut finished = wb.poll(false);
+        if finished.is_none() && wb.running() {
+            let store = &self.tree.store;
+            if store.dirty_bytes() > budget / 4 * 3 || store.cached_bytes() > budget + budget / 8 {
+                finished = wb.poll(true);
+            }
+        }
+        if let Some(r) = finished {
+            match r {
+                Ok(done) => {
+                    let stats = self.tree.store.finish_writeback(done);
+                    wb.count(stats);
+                }
+                Err(e) => {
+                    self.poisoned = true;
+                    return Err(e);
+                }
+            }
+        }
+        if !wb.running() {
+            let root = self.tree.root;
+            if let Some(job) = self.tree.store.begin_writeback(limit, root) {
+                if let Err(e) = wb.submit(job) {
+                    self.poisoned = true;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Engine for FractalEngine {
@@ -376,10 +442,11 @@ impl Engine for FractalEngine {
             if let Some(m) = meta {
                 t.meta = Some(m.to_vec());
             }
-            // Dirty nodes are written continuously, so a checkpoint stays short.
-            let limit = t.store.budget_bytes() / 4;
-            t.store.write_some_dirty(limit, t.root)
-        })
+            Ok(())
+        })?;
+        // Dirty nodes are written continuously, so a checkpoint stays short and eviction finds
+        // clean nodes.
+        inner.writeback_step()
     }
 
     fn meta(&self) -> Result<Option<Vec<u8>>> {

@@ -141,6 +141,12 @@ pub struct Store {
     /// Count of [`Store::write_some_dirty`] calls (one per write batch): the clock by which the
     /// incremental writer tells recently modified nodes from idle ones.
     write_epoch: u64,
+    /// A background writer adopts what [`Store::begin_writeback`] hands out (set by the engine);
+    /// otherwise [`Store::write_and_evict_soon`] writes inline.
+    background_writes: bool,
+    /// Dirty nodes to write and evict with the next writeback (leaves a flush of spilled runs
+    /// just rewrote), oldest first.
+    write_soon: Vec<NodeId>,
 }
 
 /// Counters of partial (one-partition) reads by point lookups.
@@ -261,6 +267,8 @@ impl Store {
             run_indexes: Mutex::new(RunIndexCache::default()),
             leaf_reads_avoided: std::sync::atomic::AtomicU64::new(0),
             write_epoch: 0,
+            background_writes: false,
+            write_soon: Vec::new(),
         }
     }
 
@@ -1010,6 +1018,7 @@ impl Store {
         self.partial.clear();
         self.partial_internal.clear();
         self.partial_bytes = 0;
+        self.write_soon.clear();
         self.cache.clear();
         self.ring.clear();
         self.ring_members.clear();
@@ -1052,12 +1061,42 @@ impl Store {
                 continue;
             }
             if e.dirty {
+                // Being written in the background (writeback or checkpoint): evicted once it is
+                // clean, unless the cache is well over budget.
+                if Arc::strong_count(&e.node) > 1 && self.cached_bytes <= budget + budget / 8 {
+                    self.hand += 1;
+                    continue;
+                }
                 let enc = encode_node(id, &e.node, self.compression_level)?;
                 self.write_encoded(id, enc)?;
             }
             self.remove_entry(id);
             self.ring.swap_remove(self.hand);
             self.ring_members.remove(&id);
+        }
+        Ok(())
+    }
+
+    /// Declares that a background writer adopts the jobs of [`Store::begin_writeback`].
+    pub fn set_background_writes(&mut self, on: bool) {
+        self.background_writes = on;
+        if !on {
+            self.write_soon.clear();
+        }
+    }
+
+    /// Like [`Store::write_and_evict`], but with a background writer the node is handed to the
+    /// next writeback job and evicted once it is written, so the writer does not encode it.
+    pub fn write_and_evict_soon(&mut self, id: NodeId) -> Result<()> {
+        if !self.background_writes {
+            return self.write_and_evict(id);
+        }
+        match self.cache.get(&id) {
+            Some(e) if e.dirty => self.write_soon.push(id),
+            Some(_) => {
+                self.remove_entry(id);
+            }
+            None => {}
         }
         Ok(())
     }
@@ -1126,6 +1165,136 @@ impl Store {
         Ok(())
     }
 
+    /// Starts a new write epoch (one per write batch): the clock by which writeback tells
+    /// recently modified nodes from idle ones. [`Store::write_some_dirty`] does it itself.
+    pub fn next_write_epoch(&mut self) {
+        self.write_epoch += 1;
+    }
+
+    /// Background writeback (PerconaFT's cachetable writes dirty pairs on background threads,
+    /// `ft/cachetable/cachetable.cc`): takes references to the nodes queued by
+    /// [`Store::write_and_evict_soon`], then, when dirty nodes exceed `limit_bytes`, to idle
+    /// dirty leaves (one batch unmodified: a flush leaves a leaf alone afterwards), oldest
+    /// first, and above 1.5x the limit also to internal nodes idle for [`IDLE_EPOCHS`] batches,
+    /// until half the limit would be left or the job holds an eighth of the budget. The job
+    /// encodes and writes them without the engine lock ([`WritebackJob::run`]). Nodes a
+    /// checkpoint or another writeback holds are left out. `None` when nothing is due. Call
+    /// [`Store::next_write_epoch`] once per write batch.
+    pub fn begin_writeback(&mut self, limit_bytes: usize, pinned: NodeId) -> Option<WritebackJob> {
+        // A job holds at most an eighth of the budget (at least one node): small jobs are
+        // adopted sooner, and a node the writer changes while a job holds it is copied.
+        let cap = (self.budget_bytes / 8).max(1);
+        let mut job_bytes = 0usize;
+        // First the nodes to write and evict (held by a checkpoint: left to eviction).
+        let mut nodes = Vec::new();
+        let mut soon = std::mem::take(&mut self.write_soon).into_iter();
+        for id in soon.by_ref() {
+            if let Some(e) = self.cache.get(&id) {
+                if e.dirty && id != pinned && Arc::strong_count(&e.node) == 1 {
+                    nodes.push(PendingNode {
+                        id,
+                        node: Arc::clone(&e.node),
+                        loc_at_begin: self.btt.get(&id).copied(),
+                        evict_after: true,
+                    });
+                    job_bytes += e.bytes;
+                    if job_bytes >= cap {
+                        break;
+                    }
+                }
+            }
+        }
+        self.write_soon.extend(soon);
+        if self.dirty_bytes <= limit_bytes || job_bytes >= cap {
+            return (!nodes.is_empty()).then(|| self.writeback_job(nodes));
+        }
+        let idle_internal = self.write_epoch.saturating_sub(IDLE_EPOCHS);
+        let idle_leaf = self.write_epoch.saturating_sub(1);
+        // Internal nodes take a flush every few batches, so writing them early is mostly undone
+        // by the next flush: only when dirty nodes reach 1.5x the limit.
+        let internal_ok = self.dirty_bytes > limit_bytes / 2 * 3;
+        let mut dirty: Vec<(bool, u64, u8, NodeId, usize)> = self
+            .cache
+            .iter()
+            .filter(|(id, e)| {
+                let leaf = e.node.height() == 0;
+                let idle_before = if leaf { idle_leaf } else { idle_internal };
+                e.dirty
+                    && (leaf || internal_ok)
+                    && **id != pinned
+                    && e.modified_epoch <= idle_before
+                    && Arc::strong_count(&e.node) == 1
+            })
+            .map(|(id, e)| {
+                (
+                    e.node.height() > 0,
+                    e.modified_epoch,
+                    e.clock.load(Ordering::Relaxed),
+                    *id,
+                    e.bytes,
+                )
+            })
+            .collect();
+        // Leaves first, then the longest idle.
+        dirty.sort_unstable();
+        let mut left = self.dirty_bytes;
+        for (_, _, _, id, bytes) in dirty {
+            if left <= limit_bytes / 2 || job_bytes >= cap {
+                break;
+            }
+            job_bytes += bytes;
+            let e = &self.cache[&id];
+            nodes.push(PendingNode {
+                id,
+                node: Arc::clone(&e.node),
+                loc_at_begin: self.btt.get(&id).copied(),
+                evict_after: false,
+            });
+            left -= bytes;
+        }
+        (!nodes.is_empty()).then(|| self.writeback_job(nodes))
+    }
+
+    fn writeback_job(&self, nodes: Vec<PendingNode>) -> WritebackJob {
+        WritebackJob {
+            file: Arc::clone(&self.file),
+            path: self.path.clone(),
+            compression_level: self.compression_level,
+            space: Arc::clone(&self.space),
+            nodes,
+        }
+    }
+
+    /// Ends a writeback [`WritebackJob::run`] did: a node still cached, dirty, unmodified and at
+    /// the same BTT entry since [`Store::begin_writeback`] now lives in the written block and is
+    /// clean; otherwise (modified, evicted after an inline write, or written by a checkpoint
+    /// meanwhile) the written block is released. Memory work only.
+    pub fn finish_writeback(&mut self, done: WritebackDone) -> WritebackStats {
+        let mut stats = done.stats;
+        for w in done.written {
+            let unchanged = self
+                .cache
+                .get(&w.id)
+                .is_some_and(|e| e.dirty && Arc::ptr_eq(&e.node, &w.node))
+                && self.btt.get(&w.id).copied() == w.loc_at_begin;
+            if unchanged {
+                self.btt.insert(w.id, w.loc);
+                if let Some(old) = w.loc_at_begin {
+                    self.release(old);
+                }
+                self.mark_clean(w.id);
+                if w.evict_after {
+                    // The CLOCK ring drops ids without a cache entry when its hand reaches them.
+                    self.remove_entry(w.id);
+                }
+                stats.adopted += 1;
+            } else {
+                self.release(w.loc);
+            }
+        }
+        stats
+    }
+
     /// Starts a checkpoint of the tree as it is now (`root`, counters and `meta`): takes a
     /// reference to every dirty node and a copy of the BTT. Costs memory references only, no
     /// I/O: the engine lock is held for well under a millisecond per thousand nodes. Until
@@ -1153,6 +1322,7 @@ impl Store {
                 id: *id,
                 node: Arc::clone(&e.node),
                 loc_at_begin: self.btt.get(id).copied(),
+                evict_after: false,
             })
             .collect();
         nodes.sort_unstable_by_key(|n| n.id);
@@ -1254,6 +1424,8 @@ struct PendingNode {
     node: Arc<Node>,
     /// Its BTT entry then (`None` for a node never written).
     loc_at_begin: Option<BlockLoc>,
+    /// Writeback only: evict the node once its written block is adopted.
+    evict_after: bool,
 }
 
 /// A node the checkpoint wrote.
@@ -1262,6 +1434,94 @@ pub struct WrittenNode {
     node: Arc<Node>,
     loc_at_begin: Option<BlockLoc>,
     loc: BlockLoc,
+    evict_after: bool,
+}
+
+/// Idle dirty nodes to write in the background, from [`Store::begin_writeback`]. Holds no
+/// engine lock; run it on any thread.
+pub struct WritebackJob {
+    file: Arc<dyn VfsFile>,
+    path: PathBuf,
+    compression_level: Option<i32>,
+    space: Arc<Mutex<Space>>,
+    nodes: Vec<PendingNode>,
+}
+
+/// What [`WritebackJob::run`] wrote, for [`Store::finish_writeback`].
+pub struct WritebackDone {
+    written: Vec<WrittenNode>,
+    stats: WritebackStats,
+}
+
+/// Figures of one background writeback.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WritebackStats {
+    /// Nodes encoded and written.
+    pub nodes_written: u64,
+    /// Bytes written.
+    pub bytes_written: u64,
+    /// Of those, bytes of leaves.
+    pub leaf_bytes_written: u64,
+    /// Written nodes adopted by the live tree (unchanged meanwhile).
+    pub adopted: u64,
+    /// Time encoding and writing took (engine lock not held), in microseconds.
+    pub write_us: u64,
+}
+
+impl WritebackJob {
+    /// Nodes in the job.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the job holds no node.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Encodes and writes every node of the job to a fresh block (copy-on-write; nothing
+    /// durable refers to these blocks until a checkpoint does, so no sync). Takes only the space
+    /// mutex (per allocation), never the engine lock.
+    ///
+    /// Errors: `Io` for a failed write (the caller poisons the engine); `InvalidArgument` for a
+    /// node above 4 GiB encoded. Blocks written before the error stay allocated until reopen.
+    pub fn run(self) -> Result<WritebackDone> {
+        let started = Instant::now();
+        let mut stats = WritebackStats::default();
+        let mut written = Vec::with_capacity(self.nodes.len());
+        for n in self.nodes {
+            let enc = encode_node(n.id, &n.node, self.compression_level)?;
+            let size = u32::try_from(enc.len()).map_err(|_| {
+                EngineError::InvalidArgument(format!("node {} encodes to {} bytes", n.id, enc.len()))
+            })?;
+            let offset = self.space.lock().alloc(enc.len() as u64);
+            if let Err(source) = self.file.write_all_at(&enc, offset) {
+                self.space.lock().unalloc(offset, enc.len() as u64);
+                return Err(EngineError::Io {
+                    context: format!("write node {} @ {offset} of {}", n.id, self.path.display()),
+                    source,
+                });
+            }
+            stats.nodes_written += 1;
+            stats.bytes_written += enc.len() as u64;
+            if n.node.height() == 0 {
+                stats.leaf_bytes_written += enc.len() as u64;
+            }
+            written.push(WrittenNode {
+                id: n.id,
+                node: n.node,
+                loc_at_begin: n.loc_at_begin,
+                evict_after: n.evict_after,
+                loc: BlockLoc {
+                    offset,
+                    size,
+                    crc: crc32c::crc32c(&enc),
+                },
+            });
+        }
+        stats.write_us = started.elapsed().as_micros() as u64;
+        Ok(WritebackDone { written, stats })
+    }
 }
 
 /// A checkpoint between [`Store::begin_checkpoint`] and [`Store::finish_checkpoint`]: the
@@ -1336,6 +1596,7 @@ impl CheckpointJob {
                 node: n.node,
                 loc_at_begin: n.loc_at_begin,
                 loc,
+                evict_after: false,
             });
         }
         entries.sort_unstable_by_key(|e| e.0);

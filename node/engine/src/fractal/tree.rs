@@ -583,7 +583,7 @@ impl Tree {
                 .map(<[_]>::to_vec)
                 .unwrap_or_default();
             for id in ids {
-                self.store.write_and_evict(id)?;
+                self.store.write_and_evict_soon(id)?;
             }
         }
         if may_merge && underfull && parent.children.len() > 1 {

@@ -19,6 +19,10 @@ use super::data::{self, SeedTable};
 use super::kv::{self, BenchKv, EngineName};
 use super::Workload;
 
+fn default_zstd_level() -> i32 {
+    1
+}
+
 /// Everything a child needs, passed as one JSON argument.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ChildSpec {
@@ -30,6 +34,9 @@ pub struct ChildSpec {
     pub rows: u64,
     /// Engine cache budget, bytes.
     pub cache_size_bytes: u64,
+    /// fractal: zstd level of leaves.
+    #[serde(default = "default_zstd_level")]
+    pub zstd_level: i32,
     /// Fresh directory for the engine's files (the child creates it; the parent removes it).
     pub dir: PathBuf,
     /// Data seed.
@@ -373,7 +380,7 @@ pub fn run_child(spec_json: &str) -> anyhow::Result<()> {
     let mut go = String::new();
     std::io::stdin().lock().read_line(&mut go)?;
     std::fs::create_dir_all(&spec.dir)?;
-    let kv = kv::open(spec.engine, &spec.dir, spec.cache_size_bytes)?;
+    let kv = kv::open(spec.engine, &spec.dir, spec.cache_size_bytes, spec.zstd_level)?;
     let kv = kv.as_ref();
     let mut out = ChildResult::default();
     let seed = spec.seed;
@@ -437,6 +444,7 @@ mod tests {
             workload,
             rows: 3000,
             cache_size_bytes: 16 << 20,
+            zstd_level: 1,
             dir: dir.to_path_buf(),
             seed: 9,
             reads: 2000,
@@ -452,7 +460,7 @@ mod tests {
         for engine in [EngineName::Fractal, EngineName::Sled, EngineName::Fjall] {
             let tmp = tempfile::tempdir().unwrap();
             let s = spec(engine, tmp.path(), Workload::InstantDdl);
-            let kv = kv::open(engine, &s.dir, s.cache_size_bytes).unwrap();
+            let kv = kv::open(engine, &s.dir, s.cache_size_bytes, s.zstd_level).unwrap();
             let mut out = ChildResult::default();
             load(kv.as_ref(), s.rows, s.max_seconds, &random_row(s.seed), &mut out).unwrap();
             assert_eq!(out.rows_written, 3000, "{engine:?}");

@@ -82,6 +82,10 @@ pub struct EngineArgs {
     /// Engine cache budget (e.g. 64MiB). Default 64MiB for `beyond-memory`, 1GiB otherwise.
     #[arg(long, value_parser = parse_size)]
     pub cache_size: Option<u64>,
+    /// fractal only: zstd level of leaves (internal nodes and spilled runs use at most -1);
+    /// the node's default `engine.compression_level` is 1.
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    pub zstd_level: i32,
     /// Rounds; each round runs every engine once.
     #[arg(long, default_value_t = 3)]
     pub runs: u32,
@@ -443,6 +447,7 @@ pub fn run(args: &EngineArgs) -> anyhow::Result<()> {
                 workload: args.workload,
                 rows,
                 cache_size_bytes,
+                zstd_level: args.zstd_level,
                 dir: dir.clone(),
                 seed: args.seed.wrapping_add(u64::from(run)),
                 reads: args.reads,
