@@ -55,6 +55,35 @@ fn batch(x: &mut u64, round: u64) -> Vec<WriteOp> {
         .collect()
 }
 
+/// Keys to values.
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// Asserts `got == want`, naming the first keys that differ (the maps are large).
+fn assert_same(got: &BTreeMap<Vec<u8>, Vec<u8>>, want: &BTreeMap<Vec<u8>, Vec<u8>>, ctx: &str) {
+    if got == want {
+        return;
+    }
+    let keys: std::collections::BTreeSet<&Vec<u8>> = got.keys().chain(want.keys()).collect();
+    let diffs: Vec<String> = keys
+        .into_iter()
+        .filter(|k| got.get(*k) != want.get(*k))
+        .take(8)
+        .map(|k| {
+            format!(
+                "{}: got {:?}, want {:?}",
+                String::from_utf8_lossy(k),
+                got.get(k).map(|v| String::from_utf8_lossy(v).into_owned()),
+                want.get(k).map(|v| String::from_utf8_lossy(v).into_owned())
+            )
+        })
+        .collect();
+    panic!(
+        "{ctx}: {} vs {} keys; first differences: {diffs:#?}",
+        got.len(),
+        want.len()
+    );
+}
+
 fn dump(e: &FractalEngine) -> BTreeMap<Vec<u8>, Vec<u8>> {
     e.scan(b"", None, usize::MAX).unwrap().into_iter().collect()
 }
@@ -107,10 +136,10 @@ fn a_crash_after_an_overlapped_checkpoint_returns_its_snapshot() {
             let snapshot = overlapped_checkpoint(&e, &mut x, &mut round, &mut model, during);
             durable = (begin_round, snapshot);
             // The live tree kept everything written during the checkpoint.
-            assert_eq!(
-                dump(&e),
-                model,
-                "live tree after checkpoint {cycle} (seed {seed})"
+            assert_same(
+                &dump(&e),
+                &model,
+                &format!("live tree after checkpoint {cycle} (seed {seed})"),
             );
             e.check_integrity().unwrap();
         }
@@ -124,7 +153,7 @@ fn a_crash_after_an_overlapped_checkpoint_returns_its_snapshot() {
         vfs.crash(false);
         let e = open(&vfs, cache_size_bytes);
         assert_eq!(e.meta().unwrap(), Some(durable.0.to_le_bytes().to_vec()));
-        assert_eq!(dump(&e), durable.1, "after the crash (seed {seed})");
+        assert_same(&dump(&e), &durable.1, &format!("after the crash (seed {seed})"));
         e.check_integrity().unwrap();
         // The reopened tree writes and checkpoints on: the space it rebuilt is sound.
         let mut model = durable.1;
@@ -138,7 +167,11 @@ fn a_crash_after_an_overlapped_checkpoint_returns_its_snapshot() {
         drop(e);
         vfs.crash(true);
         let e = open(&vfs, cache_size_bytes);
-        assert_eq!(dump(&e), model, "after the second crash (seed {seed})");
+        assert_same(
+            &dump(&e),
+            &model,
+            &format!("after the second crash (seed {seed})"),
+        );
         e.check_integrity().unwrap();
     }
 }
@@ -164,7 +197,7 @@ fn writeback_adopts_only_unchanged_nodes_beside_writers_and_checkpoints() {
         let mut x = seed;
         let mut round = 0u64;
         let mut model = BTreeMap::new();
-        let mut durable: Option<(u64, BTreeMap<Vec<u8>, Vec<u8>>)> = None;
+        let mut durable: Option<(u64, Model)> = None;
         let (mut written, mut adopted) = (0u64, 0u64);
         for cycle in 0..12u64 {
             for _ in 0..10 {
@@ -188,7 +221,8 @@ fn writeback_adopts_only_unchanged_nodes_beside_writers_and_checkpoints() {
                 e.write(&ops, Some(&round.to_le_bytes())).unwrap();
                 apply_ops(&mut model, &ops);
             }
-            let checkpoint = (cycle % 2 == 0).then(|| (round, model.clone(), e.inner.write().tree.begin_checkpoint()));
+            let checkpoint =
+                (cycle % 2 == 0).then(|| (round, model.clone(), e.inner.write().tree.begin_checkpoint()));
             let done = job.run().unwrap();
             let stats = e.inner.write().tree.store.finish_writeback(done);
             written += stats.nodes_written;
@@ -198,23 +232,31 @@ fn writeback_adopts_only_unchanged_nodes_beside_writers_and_checkpoints() {
                 e.inner.write().tree.store.finish_checkpoint(done).unwrap();
                 durable = Some((r, snapshot));
             }
-            assert_eq!(dump(&e), model, "live tree after cycle {cycle} (seed {seed})");
+            assert_same(
+                &dump(&e),
+                &model,
+                &format!("live tree after cycle {cycle} (seed {seed})"),
+            );
             e.check_integrity().unwrap();
             assert_eq!(e.inner.write().tree.store.check_space(), Ok(()));
         }
         assert!(adopted > 0, "no writeback adopted (seed {seed})");
-        assert!(adopted < written, "every writeback adopted: writers never raced it (seed {seed})");
+        assert!(
+            adopted < written,
+            "every writeback adopted: writers never raced it (seed {seed})"
+        );
         // Writes after the last checkpoint are lost in the crash.
         for _ in 0..5 {
             round += 1;
-            e.write(&batch(&mut x, round), Some(&round.to_le_bytes())).unwrap();
+            e.write(&batch(&mut x, round), Some(&round.to_le_bytes()))
+                .unwrap();
         }
         drop(e);
         vfs.crash(false);
         let e = open(&vfs, cache_size_bytes);
         let (r, snapshot) = durable.unwrap();
         assert_eq!(e.meta().unwrap(), Some(r.to_le_bytes().to_vec()));
-        assert_eq!(dump(&e), snapshot, "after the crash (seed {seed})");
+        assert_same(&dump(&e), &snapshot, &format!("after the crash (seed {seed})"));
         e.check_integrity().unwrap();
     }
 }
@@ -233,7 +275,7 @@ fn writeback_thread_keeps_a_small_cache_consistent() {
         e.write(&ops, None).unwrap();
         apply_ops(&mut model, &ops);
         if round % 50 == 0 {
-            assert_eq!(dump(&e), model, "round {round}");
+            assert_same(&dump(&e), &model, &format!("round {round}"));
             e.check_integrity().unwrap();
         }
     }
@@ -243,6 +285,6 @@ fn writeback_thread_keeps_a_small_cache_consistent() {
     drop(e);
     vfs.crash(false);
     let e = open(&vfs, cache_size_bytes);
-    assert_eq!(dump(&e), model);
+    assert_same(&dump(&e), &model, "after the crash");
     e.check_integrity().unwrap();
 }

@@ -34,12 +34,17 @@
 //! first of the leftmost), with nothing pending for that edge on the way down, is applied straight
 //! to the cached edge leaf; edge leaves split unevenly, so sequential loads leave full leaves.
 //!
-//! Background work ([`writeback`]): a second thread encodes and writes idle dirty nodes beside
-//! the writer; the writer waits for it only when dirty nodes pile up (back-pressure).
+//! Background work: two threads beside the writer. [`flusher`] applies a node's worth of
+//! spilled runs to their (uncached) leaf: it reads and decompresses the leaf and the runs and
+//! merges them while the writer goes on; the writer installs the result (the runs leave the
+//! buffer, the leaf splits). [`writeback`] encodes (compresses) and writes dirty nodes: the
+//! leaves a flush produced (then evicted) and idle dirty nodes when too many are dirty. The
+//! writer waits for writeback only when the cache runs over budget (back-pressure); memory a
+//! flush in flight holds is taken from the cache budget.
 //!
-//! Not yet built (see issue 3): background flushing of buffers (flushes run inline on the
-//! writer), hole punching of freed blocks (they are reused and the file tail is
-//! cut), and the log replay of embedded mode (the node replays its Raft log).
+//! Not yet built (see issue 3): background flushing of internal buffers (flushes between
+//! internal nodes run on the writer), hole punching of freed blocks (they are reused and the
+//! file tail is cut), and the log replay of embedded mode (the node replays its Raft log).
 
 //! Concurrency: a read-write lock guards the tree. Reads whose nodes are all cached run
 //! concurrently under the shared lock (CLOCK counts are atomics); a read that misses retries
@@ -49,6 +54,7 @@
 mod checkpoint_tests;
 pub mod codec;
 pub mod filter;
+pub mod flusher;
 pub mod msg;
 pub mod node;
 mod space;
@@ -63,12 +69,13 @@ use ftkv_vfs::{Vfs, VfsFile};
 use parking_lot::{Mutex, RwLock};
 
 use self::codec::{decode_btt, decode_header, BlockLoc, BttImage, Header, HEADER_BYTES, HEADER_SLOT_BYTES};
+use self::flusher::{FlushTotals, Flusher};
 use self::msg::{Msg, PointOp, RangeMsg, RangeOp};
 use self::node::{Leaf, Node};
 use self::store::{CheckpointStats, Store};
 use self::tree::Tree;
-use self::writeback::{Writeback, WritebackTotals};
 pub use self::tree::TreeParams;
+use self::writeback::{Writeback, WritebackTotals};
 use crate::{Engine, EngineError, EngineKind, EngineOptions, IntegrityReport, KeyValue, Result, WriteOp};
 
 /// File name of the tree inside the engine directory.
@@ -124,6 +131,7 @@ impl FractalEngine {
         let mut tree = load_tree(file, &path, opts, params)?;
         let writeback = Writeback::start();
         tree.store.set_background_writes(writeback.is_some());
+        tree.flusher = Flusher::start();
         Ok(FractalEngine {
             inner: RwLock::new(Inner {
                 tree,
@@ -173,6 +181,17 @@ impl FractalEngine {
             .unwrap_or_default()
     }
 
+    /// Totals of the background leaf flushes since open (zero when they run on the writer).
+    pub fn flush_totals(&self) -> FlushTotals {
+        self.inner
+            .read()
+            .tree
+            .flusher
+            .as_ref()
+            .map(|f| f.totals)
+            .unwrap_or_default()
+    }
+
     /// Bytes of nodes currently cached.
     pub fn cached_bytes(&self) -> usize {
         self.inner.read().tree.store.cached_bytes()
@@ -206,6 +225,7 @@ fn create_tree_file(vfs: &dyn Vfs, dir: &Path, opts: &EngineOptions, params: Tre
         next_node_id: 2,
         meta: None,
         spill_stats: Default::default(),
+        flusher: None,
     };
     tree.store.put(1, Node::Leaf(Leaf::default()));
     tree.checkpoint()?;
@@ -257,6 +277,7 @@ fn load_tree(file: Arc<dyn VfsFile>, path: &Path, opts: &EngineOptions, params: 
         next_node_id: img.next_node_id,
         meta: img.meta,
         spill_stats: Default::default(),
+        flusher: None,
     };
     tree.store.get(tree.root)?;
     Ok(tree)
@@ -347,9 +368,10 @@ impl Inner {
 
     /// After a write batch: adopts a finished writeback job, starts the next one when dirty
     /// nodes exceed half the cache budget (or leaves wait to be written and evicted), and makes
-    /// the writer wait for the running job (smooth back-pressure) when dirty nodes pass three
-    /// quarters of the budget or the cache is over budget by an eighth. Without the thread,
-    /// writes inline (above a quarter of the budget).
+    /// the writer wait for the running job (smooth back-pressure) when dirty nodes pass seven
+    /// eighths of the budget or the engine's memory (cache, side cache, flushes in flight) is
+    /// over budget by an eighth. Without the thread, writes inline (above a quarter of the
+    /// budget).
     fn writeback_step(&mut self) -> Result<()> {
         if self.poisoned {
             return Err(EngineError::Poisoned);
@@ -363,7 +385,7 @@ impl Inner {
         let mut finished = wb.poll(false);
         if finished.is_none() && wb.running() {
             let store = &self.tree.store;
-            if store.dirty_bytes() > budget / 4 * 3 || store.cached_bytes() > budget + budget / 8 {
+            if store.dirty_bytes() > budget / 8 * 7 || store.memory_bytes() > budget + budget / 8 {
                 finished = wb.poll(true);
             }
         }
@@ -442,7 +464,8 @@ impl Engine for FractalEngine {
             if let Some(m) = meta {
                 t.meta = Some(m.to_vec());
             }
-            Ok(())
+            t.install_finished_flushes()?;
+            t.store.evict_to_budget(t.root)
         })?;
         // Dirty nodes are written continuously, so a checkpoint stays short and eviction finds
         // clean nodes.

@@ -129,6 +129,9 @@ pub struct Store {
     /// Internal nodes read partially for point lookups (same quarter of the budget).
     partial_internal: HashMap<NodeId, PartialInternal>,
     partial_bytes: usize,
+    /// Memory held outside the cache by background leaf flushes in flight (their leaves and
+    /// runs, decoded): taken from the budget, so the process stays within it.
+    reserved_bytes: usize,
     /// Bytes of dirty cached nodes (written ahead of checkpoints to keep them short).
     dirty_bytes: usize,
     /// Partial reads done so far (see [`PartialReadStats`]).
@@ -262,6 +265,7 @@ impl Store {
             partial: HashMap::new(),
             partial_internal: HashMap::new(),
             partial_bytes: 0,
+            reserved_bytes: 0,
             dirty_bytes: 0,
             partial_stats: PartialReadStats::default(),
             run_indexes: Mutex::new(RunIndexCache::default()),
@@ -312,6 +316,12 @@ impl Store {
             leaf_reads_avoided: self.leaf_reads_avoided.load(Ordering::Relaxed),
             ..self.partial_stats
         }
+    }
+
+    /// Memory the engine holds against its budget: cached nodes, the side cache of partial
+    /// reads, and what background flushes in flight hold.
+    pub fn memory_bytes(&self) -> usize {
+        self.cached_bytes + self.partial_bytes + self.reserved_bytes
     }
 
     /// Cache budget in bytes.
@@ -379,32 +389,24 @@ impl Store {
 
     /// Reads and verifies node `id` from disk.
     pub fn read_node(&self, id: NodeId) -> Result<Node> {
+        self.detached(id)?.read_node()
+    }
+
+    /// Block `id` as the BTT has it now, to read later without the store (a background job:
+    /// the caller keeps the block in the tree until the job ends).
+    ///
+    /// Errors: `Corruption` when `id` has no BTT entry.
+    pub fn detached(&self, id: u64) -> Result<DetachedBlock> {
         let loc = *self.btt.get(&id).ok_or_else(|| EngineError::Corruption {
             location: format!("{} BTT", self.path.display()),
-            detail: format!("node {id} is referenced but has no block"),
+            detail: format!("block {id} is referenced but has no BTT entry"),
         })?;
-        let location = self.location(id, &loc);
-        let mut buf = vec![0u8; loc.size as usize];
-        self.file
-            .read_exact_at(&mut buf, loc.offset)
-            .map_err(|source| match source.kind() {
-                std::io::ErrorKind::UnexpectedEof => EngineError::Corruption {
-                    location: location.clone(),
-                    detail: "block past end of file".into(),
-                },
-                _ => EngineError::Io {
-                    context: format!("read {location}"),
-                    source,
-                },
-            })?;
-        let crc = crc32c::crc32c(&buf);
-        if crc != loc.crc {
-            return Err(EngineError::Corruption {
-                location,
-                detail: format!("crc32c mismatch (BTT {:#010x}, block {crc:#010x})", loc.crc),
-            });
-        }
-        decode_node(&buf, id, &location)
+        Ok(DetachedBlock {
+            file: Arc::clone(&self.file),
+            path: self.path.clone(),
+            id,
+            loc,
+        })
     }
 
     /// Writes `node` to a fresh block (copy-on-write) and points the BTT at it.
@@ -1035,7 +1037,9 @@ impl Store {
     /// fits its budget. `pinned` (the root) is never evicted.
     pub fn evict_to_budget(&mut self, pinned: NodeId) -> Result<()> {
         let mut steps = 0usize;
-        let budget = self.budget_bytes.saturating_sub(self.partial_bytes);
+        let budget = self
+            .budget_bytes
+            .saturating_sub(self.partial_bytes + self.reserved_bytes);
         while self.cached_bytes > budget && self.cache.len() > 1 && !self.ring.is_empty() {
             steps += 1;
             if steps > 8 * (self.ring.len() + 8) {
@@ -1075,6 +1079,12 @@ impl Store {
             self.ring_members.remove(&id);
         }
         Ok(())
+    }
+
+    /// Memory a background job holds outside the cache: `add` when it starts, `sub` when it
+    /// ends. Eviction keeps the cache within the budget minus what is reserved.
+    pub fn reserve(&mut self, add: usize, sub: usize) {
+        self.reserved_bytes = (self.reserved_bytes + add).saturating_sub(sub);
     }
 
     /// Declares that a background writer adopts the jobs of [`Store::begin_writeback`].
@@ -1435,6 +1445,69 @@ pub struct WrittenNode {
     loc_at_begin: Option<BlockLoc>,
     loc: BlockLoc,
     evict_after: bool,
+}
+
+/// A node or run block to read without the store (from [`Store::detached`]).
+pub struct DetachedBlock {
+    file: Arc<dyn VfsFile>,
+    path: PathBuf,
+    id: u64,
+    loc: BlockLoc,
+}
+
+impl DetachedBlock {
+    fn location(&self, what: &str) -> String {
+        format!(
+            "{} {what} {} block @ offset {} ({} bytes)",
+            self.path.display(),
+            self.id,
+            self.loc.offset,
+            self.loc.size
+        )
+    }
+
+    /// The whole block, checked against its BTT crc.
+    fn read_checked(&self, location: &str) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; self.loc.size as usize];
+        self.file
+            .read_exact_at(&mut buf, self.loc.offset)
+            .map_err(|source| match source.kind() {
+                std::io::ErrorKind::UnexpectedEof => EngineError::Corruption {
+                    location: location.to_string(),
+                    detail: "block past end of file".into(),
+                },
+                _ => EngineError::Io {
+                    context: format!("read {location}"),
+                    source,
+                },
+            })?;
+        let crc = crc32c::crc32c(&buf);
+        if crc != self.loc.crc {
+            return Err(EngineError::Corruption {
+                location: location.to_string(),
+                detail: format!("crc32c mismatch (BTT {:#010x}, block {crc:#010x})", self.loc.crc),
+            });
+        }
+        Ok(buf)
+    }
+
+    /// Reads and verifies the block as a node.
+    ///
+    /// Errors: `Io` from the file, `Corruption` for a crc mismatch or a malformed block.
+    pub fn read_node(&self) -> Result<Node> {
+        let location = self.location("node");
+        let buf = self.read_checked(&location)?;
+        decode_node(&buf, self.id, &location)
+    }
+
+    /// Reads and verifies the block as a spilled run: its messages sorted by (key, MSN).
+    ///
+    /// Errors: as [`DetachedBlock::read_node`].
+    pub fn read_run(&self) -> Result<Vec<Msg>> {
+        let location = self.location("run");
+        let buf = self.read_checked(&location)?;
+        decode_run_range(&buf, self.id, &location, &[], None)
+    }
 }
 
 /// Idle dirty nodes to write in the background, from [`Store::begin_writeback`]. Holds no

@@ -133,10 +133,11 @@ impl BenchKv for FtkvKv {
     fn engine_notes(&self) -> Option<String> {
         let f = self.1.as_ref()?;
         Some(format!(
-            "cached {} MiB; partial reads {:?}; spills {:?}; writeback {:?}; last checkpoint {:?}",
+            "cached {} MiB; partial reads {:?}; spills {:?}; background flushes {:?}; writeback {:?}; last checkpoint {:?}",
             f.cached_bytes() >> 20,
             f.partial_read_stats(),
             f.spill_stats(),
+            f.flush_totals(),
             f.writeback_totals(),
             f.last_checkpoint_stats()
         ))
@@ -242,7 +243,12 @@ impl BenchKv for FjallKv {
 
 /// Opens engine `name` in `dir` with a cache budget of `cache_size_bytes` (fractal: leaves at
 /// zstd `zstd_level`, 1 being the node's default).
-pub fn open(name: EngineName, dir: &Path, cache_size_bytes: u64, zstd_level: i32) -> anyhow::Result<Box<dyn BenchKv>> {
+pub fn open(
+    name: EngineName,
+    dir: &Path,
+    cache_size_bytes: u64,
+    zstd_level: i32,
+) -> anyhow::Result<Box<dyn BenchKv>> {
     let opts = EngineOptions {
         dir: dir.to_path_buf(),
         cache_size_bytes,
