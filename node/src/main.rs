@@ -10,20 +10,6 @@ use std::path::PathBuf;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// mimalloc's `mi_option_purge_delay` (`mimalloc.h`, enum `mi_option_e`; 15 in v2 and v3).
-const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-
-/// Makes mimalloc return freed pages to the OS at once instead of after its default delay
-/// (1 s in v3). The engine frees whole nodes and encode buffers (megabytes each) at a high rate
-/// on several threads; with the delay, up to ~65 MiB of freed memory stayed resident beside a
-/// 64 MiB cache (RSS 261 MiB vs 216 MiB when inserting 2 GiB; throughput within noise).
-#[allow(unsafe_code)]
-fn purge_freed_memory_promptly() {
-    // SAFETY: `mi_option_set` stores an integer option (any value is valid) and may be called
-    // from any thread at any time; it touches no Rust-managed memory.
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) }
-}
-
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use ftkv_node::config::{ClusterState, Config, LogSync};
@@ -200,7 +186,6 @@ fn init_tracing() {
 }
 
 fn main() -> std::process::ExitCode {
-    purge_freed_memory_promptly();
     let cli = Cli::parse();
     match real_main(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
