@@ -844,28 +844,35 @@ fn edge_inserts_go_straight_to_the_leaf_and_stay_exact() {
 }
 
 /// Background leaf flushes (a node's worth of spilled runs applied to an uncached leaf on the
-/// flusher thread while the writer goes on, then installed) beside checkpoints, reads and a
-/// crash: reads equal the model after every batch, every invariant holds, and a crash returns
-/// the last checkpoint.
+/// flusher thread while the writer goes on, then installed) beside checkpoints, range deletes,
+/// reads and a crash: reads equal the model after every batch, every invariant holds, and a
+/// crash returns the last checkpoint.
 #[test]
 fn background_leaf_flushes_keep_reads_exact_and_survive_a_crash() {
     let params = TreeParams {
-        node_size_bytes: 32 << 10,
-        basement_size_bytes: 4 << 10,
+        node_size_bytes: 16 << 10,
+        basement_size_bytes: 2 << 10,
         fanout: 4,
     };
     for seed in [31u64, 32, 33] {
         let vfs = FaultVfs::new(seed);
-        let open = || open_on(&vfs, params, 48 << 10);
+        let open = || open_on(&vfs, params, 512 << 10);
         let e = open();
         let mut model = BTreeMap::new();
         let mut durable = BTreeMap::new();
         let mut x: u64 = seed;
         for round in 0..40u64 {
-            let ops = random_writes(&mut x, 1000, 12_000, 9, &UpsertOp::Append(b"+".to_vec()), round);
+            let mut ops = random_writes(&mut x, 1000, 30_000, 9, &UpsertOp::Append(b"+".to_vec()), round);
+            if round % 5 == 4 {
+                let start = (x >> 20) % 29_000;
+                ops.push(WriteOp::DeleteRange {
+                    start: key(start),
+                    end: Some(key(start + 150)),
+                });
+            }
             e.write(&ops, None).unwrap();
             apply_ops(&mut model, &ops);
-            for i in (round * 13 % 97..12_000u64).step_by(97) {
+            for i in (round * 13 % 97..30_000u64).step_by(97) {
                 assert_eq!(
                     e.get(&key(i)).unwrap(),
                     model.get(&key(i)).cloned(),

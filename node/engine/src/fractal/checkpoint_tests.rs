@@ -224,7 +224,11 @@ fn writeback_adopts_only_unchanged_nodes_beside_writers_and_checkpoints() {
             let checkpoint =
                 (cycle % 2 == 0).then(|| (round, model.clone(), e.inner.write().tree.begin_checkpoint()));
             let done = job.run().unwrap();
-            let stats = e.inner.write().tree.store.finish_writeback(done);
+            let stats = {
+                let mut g = e.inner.write();
+                let root = g.tree.root;
+                g.tree.store.finish_writeback(done, root)
+            };
             written += stats.nodes_written;
             adopted += stats.adopted;
             if let Some((r, snapshot, ckpt)) = checkpoint {

@@ -552,7 +552,7 @@ pub fn encode_run(id: u64, msgs: &[Msg], level: Option<i32>) -> Result<Vec<u8>> 
     write_frame_table(&frames, &mut index);
     let icrc = crc32c::crc32c(&index.0);
     index.u32(icrc);
-    let mut w = W(Vec::with_capacity(
+    let mut w = W(take_block_buf(
         RUN_FIXED_HEADER_BYTES + index.0.len() + frames.iter().map(|f| f.stored.len()).sum::<usize>(),
     ));
     w.0.extend_from_slice(RUN_MAGIC);
@@ -894,23 +894,71 @@ fn decode_basement(raw: &[u8]) -> Result<Basement, Detail> {
 }
 
 thread_local! {
-    /// This thread's zstd compression context and its level (creating one per call cost more
-    /// than compressing a small partition).
-    static COMPRESSOR: RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> = const { RefCell::new(None) };
+    /// This thread's zstd compression contexts by level (creating one per call cost more than
+    /// compressing a small partition). Leaves and transient blocks use two levels, so a thread
+    /// keeps a few contexts instead of rebuilding one (about a megabyte) at every switch.
+    static COMPRESSORS: RefCell<Vec<(i32, zstd::bulk::Compressor<'static>)>> = const { RefCell::new(Vec::new()) };
     /// This thread's zstd decompression context (creating one per frame was 16% of a point
     /// read beyond memory).
     static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
 }
 
+thread_local! {
+    /// Block-sized buffers this thread reuses (encoded node and run blocks, whole blocks read).
+    /// Freeing megabyte buffers at the rate the engine rewrites nodes kept about as much freed
+    /// memory resident in the allocator (mimalloc purges after a delay) as the cache itself.
+    static BLOCK_BUFS: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Buffers [`recycle_block_buf`] keeps per thread.
+const BLOCK_BUFS_KEPT: usize = 2;
+/// Larger buffers are not kept.
+const BLOCK_BUF_MAX_BYTES: usize = 64 << 20;
+
+/// An empty buffer with room for `capacity` bytes, reused from this thread's pool when it
+/// holds one.
+pub fn take_block_buf(capacity: usize) -> Vec<u8> {
+    let mut v = BLOCK_BUFS.with(|c| c.borrow_mut().pop()).unwrap_or_default();
+    v.clear();
+    v.reserve(capacity);
+    v
+}
+
+/// Gives a block buffer back to this thread's pool (kept unless the pool is full or the
+/// buffer is huge).
+pub fn recycle_block_buf(mut v: Vec<u8>) {
+    if v.capacity() > BLOCK_BUF_MAX_BYTES {
+        return;
+    }
+    v.clear();
+    BLOCK_BUFS.with(|c| {
+        let mut pool = c.borrow_mut();
+        if pool.len() < BLOCK_BUFS_KEPT {
+            pool.push(v);
+        }
+    });
+}
+
 /// zstd-compresses `raw` at `level` with this thread's context.
 fn zstd_compress(raw: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
-    COMPRESSOR.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        let ctx = match &mut *slot {
-            Some((l, ctx)) if *l == level => ctx,
-            other => &mut other.insert((level, zstd::bulk::Compressor::new(level)?)).1,
+    /// Contexts kept per thread (levels in use: the configured one and the transient one).
+    const KEPT: usize = 4;
+    COMPRESSORS.with(|cell| {
+        let mut ctxs = cell.borrow_mut();
+        let i = match ctxs.iter().position(|(l, _)| *l == level) {
+            Some(i) => i,
+            None => {
+                if ctxs.len() >= KEPT {
+                    ctxs.remove(0);
+                }
+                ctxs.push((level, zstd::bulk::Compressor::new(level)?));
+                ctxs.len() - 1
+            }
         };
-        ctx.compress(raw)
+        match ctxs.get_mut(i) {
+            Some((_, ctx)) => ctx.compress(raw),
+            None => Err(std::io::Error::other("zstd context vanished")),
+        }
     })
 }
 
@@ -1161,7 +1209,7 @@ fn assemble_node(
     stored: Vec<(Vec<u8>, u32)>,
 ) -> Result<Vec<u8>> {
     let header_len = NODE_FIXED_HEADER_BYTES + PARTITION_ENTRY_BYTES * stored.len() + 4;
-    let mut w = W(Vec::with_capacity(
+    let mut w = W(take_block_buf(
         header_len + stored.iter().map(|(d, _)| d.len()).sum::<usize>(),
     ));
     w.0.extend_from_slice(NODE_MAGIC);

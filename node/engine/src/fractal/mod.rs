@@ -370,7 +370,7 @@ impl Inner {
     /// nodes exceed half the cache budget (or leaves wait to be written and evicted), and makes
     /// the writer wait for the running job (smooth back-pressure) when dirty nodes pass seven
     /// eighths of the budget or the engine's memory (cache, side cache, flushes in flight) is
-    /// over budget by an eighth. Without the thread, writes inline (above a quarter of the
+    /// over budget. Without the thread, writes inline (above a quarter of the
     /// budget).
     fn writeback_step(&mut self) -> Result<()> {
         if self.poisoned {
@@ -385,14 +385,15 @@ impl Inner {
         let mut finished = wb.poll(false);
         if finished.is_none() && wb.running() {
             let store = &self.tree.store;
-            if store.dirty_bytes() > budget / 8 * 7 || store.memory_bytes() > budget + budget / 8 {
+            if store.dirty_bytes() > budget / 8 * 7 || store.memory_bytes() > budget {
                 finished = wb.poll(true);
             }
         }
         if let Some(r) = finished {
             match r {
                 Ok(done) => {
-                    let stats = self.tree.store.finish_writeback(done);
+                    let root = self.tree.root;
+                    let stats = self.tree.store.finish_writeback(done, root);
                     wb.count(stats);
                 }
                 Err(e) => {

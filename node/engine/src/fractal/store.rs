@@ -29,9 +29,9 @@ use ftkv_vfs::VfsFile;
 use super::codec::{
     decode_basement_frame, decode_basement_partition, decode_buffer_partition, decode_internal_info,
     decode_leaf_info, decode_node, decode_node_index, decode_partition, decode_run_frames, decode_run_index,
-    decode_run_range, encode_btt, encode_header, encode_node, node_header_len, run_index_len, BasementFrames,
-    BlockLoc, BttImage, Header, InternalInfo, NodeIndex, PartEntry, RunIndex, DATA_START, HEADER_SLOT_BYTES,
-    NODE_FIXED_HEADER_BYTES, RUN_FIXED_HEADER_BYTES,
+    decode_run_range, encode_btt, encode_header, encode_node, node_header_len, recycle_block_buf,
+    run_index_len, take_block_buf, BasementFrames, BlockLoc, BttImage, Header, InternalInfo, NodeIndex,
+    PartEntry, RunIndex, DATA_START, HEADER_SLOT_BYTES, NODE_FIXED_HEADER_BYTES, RUN_FIXED_HEADER_BYTES,
 };
 use super::msg::{Buffer, Msg, Msn};
 use super::node::{child_index, Basement, Node, NodeId};
@@ -324,6 +324,11 @@ impl Store {
         self.cached_bytes + self.partial_bytes + self.reserved_bytes
     }
 
+    /// Bytes background flushes in flight hold (reserved from the budget).
+    pub fn reserved_bytes(&self) -> usize {
+        self.reserved_bytes
+    }
+
     /// Cache budget in bytes.
     pub fn budget_bytes(&self) -> usize {
         self.budget_bytes
@@ -432,6 +437,7 @@ impl Store {
                 source,
             });
         }
+        recycle_block_buf(enc);
         if let Some(old) = self.btt.insert(id, loc) {
             self.release(old);
         }
@@ -485,7 +491,9 @@ impl Store {
                     detail: format!("crc32c mismatch (BTT {:#010x}, block {crc:#010x})", loc.crc),
                 });
             }
-            return decode_run_range(&buf, id, &location, lo, hi);
+            let msgs = decode_run_range(&buf, id, &location, lo, hi);
+            recycle_block_buf(buf);
+            return msgs;
         };
         // A key range: the frame index (cached), then only the frames that can hold the range,
         // each checked against its own crc in the index.
@@ -614,7 +622,8 @@ impl Store {
                 detail: format!("span {off}+{len} outside block"),
             });
         }
-        let mut buf = vec![0u8; len as usize];
+        let mut buf = take_block_buf(len as usize);
+        buf.resize(len as usize, 0);
         self.file
             .read_exact_at(&mut buf, loc.offset + off)
             .map_err(|source| match source.kind() {
@@ -1065,12 +1074,6 @@ impl Store {
                 continue;
             }
             if e.dirty {
-                // Being written in the background (writeback or checkpoint): evicted once it is
-                // clean, unless the cache is well over budget.
-                if Arc::strong_count(&e.node) > 1 && self.cached_bytes <= budget + budget / 8 {
-                    self.hand += 1;
-                    continue;
-                }
                 let enc = encode_node(id, &e.node, self.compression_level)?;
                 self.write_encoded(id, enc)?;
             }
@@ -1084,6 +1087,7 @@ impl Store {
     /// Memory a background job holds outside the cache: `add` when it starts, `sub` when it
     /// ends. Eviction keeps the cache within the budget minus what is reserved.
     pub fn reserve(&mut self, add: usize, sub: usize) {
+        debug_assert!(self.reserved_bytes + add >= sub, "released more than reserved");
         self.reserved_bytes = (self.reserved_bytes + add).saturating_sub(sub);
     }
 
@@ -1279,7 +1283,7 @@ impl Store {
     /// the same BTT entry since [`Store::begin_writeback`] now lives in the written block and is
     /// clean; otherwise (modified, evicted after an inline write, or written by a checkpoint
     /// meanwhile) the written block is released. Memory work only.
-    pub fn finish_writeback(&mut self, done: WritebackDone) -> WritebackStats {
+    pub fn finish_writeback(&mut self, done: WritebackDone, root: NodeId) -> WritebackStats {
         let mut stats = done.stats;
         for w in done.written {
             let unchanged = self
@@ -1293,7 +1297,7 @@ impl Store {
                     self.release(old);
                 }
                 self.mark_clean(w.id);
-                if w.evict_after {
+                if w.evict_after && w.id != root {
                     // The CLOCK ring drops ids without a cache entry when its hand reaches them.
                     self.remove_entry(w.id);
                 }
@@ -1389,15 +1393,16 @@ impl Store {
         }
         self.counter = done.counter;
         self.checkpoint_running = false;
-        let end = {
-            let mut space = self.space.lock();
-            space.commit();
-            space.end()
-        };
+        // The space mutex is held until the file is cut: a writeback job allocating at the end
+        // meanwhile must find the file long enough (its block would otherwise be cut off).
+        let mut space = self.space.lock();
+        space.commit();
+        let end = space.end();
         let file_len = self.file_len()?;
         if file_len > end {
             self.file.set_len(end).map_err(io_err("truncate tree file"))?;
         }
+        drop(space);
         stats.finish_us = started.elapsed().as_micros() as u64;
         Ok(stats)
     }
@@ -1468,7 +1473,8 @@ impl DetachedBlock {
 
     /// The whole block, checked against its BTT crc.
     fn read_checked(&self, location: &str) -> Result<Vec<u8>> {
-        let mut buf = vec![0u8; self.loc.size as usize];
+        let mut buf = take_block_buf(self.loc.size as usize);
+        buf.resize(self.loc.size as usize, 0);
         self.file
             .read_exact_at(&mut buf, self.loc.offset)
             .map_err(|source| match source.kind() {
@@ -1497,7 +1503,9 @@ impl DetachedBlock {
     pub fn read_node(&self) -> Result<Node> {
         let location = self.location("node");
         let buf = self.read_checked(&location)?;
-        decode_node(&buf, self.id, &location)
+        let node = decode_node(&buf, self.id, &location);
+        recycle_block_buf(buf);
+        node
     }
 
     /// Reads and verifies the block as a spilled run: its messages sorted by (key, MSN).
@@ -1506,7 +1514,9 @@ impl DetachedBlock {
     pub fn read_run(&self) -> Result<Vec<Msg>> {
         let location = self.location("run");
         let buf = self.read_checked(&location)?;
-        decode_run_range(&buf, self.id, &location, &[], None)
+        let msgs = decode_run_range(&buf, self.id, &location, &[], None);
+        recycle_block_buf(buf);
+        msgs
     }
 }
 
@@ -1575,21 +1585,20 @@ impl WritebackJob {
                     source,
                 });
             }
+            let crc = crc32c::crc32c(&enc);
+            let enc_len = enc.len() as u64;
+            recycle_block_buf(enc);
             stats.nodes_written += 1;
-            stats.bytes_written += enc.len() as u64;
+            stats.bytes_written += enc_len;
             if n.node.height() == 0 {
-                stats.leaf_bytes_written += enc.len() as u64;
+                stats.leaf_bytes_written += enc_len;
             }
             written.push(WrittenNode {
                 id: n.id,
                 node: n.node,
                 loc_at_begin: n.loc_at_begin,
                 evict_after: n.evict_after,
-                loc: BlockLoc {
-                    offset,
-                    size,
-                    crc: crc32c::crc32c(&enc),
-                },
+                loc: BlockLoc { offset, size, crc },
             });
         }
         stats.write_us = started.elapsed().as_micros() as u64;
@@ -1663,6 +1672,7 @@ impl CheckpointJob {
             let loc = self.write_block(&enc, || format!("checkpoint node {}", n.id))?;
             stats.nodes_written += 1;
             stats.bytes_written += enc.len() as u64;
+            recycle_block_buf(enc);
             entries.push((n.id, loc));
             written.push(WrittenNode {
                 id: n.id,

@@ -491,6 +491,10 @@ impl Tree {
         // Decoded messages take about twice their counted bytes (two allocations each); the
         // leaf up to a node, and as much again while its basements are rebuilt.
         let reserved_bytes = b.spilled_bytes() * 2 + self.params.node_size_bytes * 2;
+        // Flushes in flight hold at most a quarter of the budget; beyond, the writer flushes.
+        if self.store.reserved_bytes() + reserved_bytes > self.store.budget_bytes() / 4 {
+            return Ok(false);
+        }
         let flight = InFlight {
             child: cid,
             run_ids: b.spilled().iter().map(|r| r.id).collect(),
