@@ -132,6 +132,12 @@ impl FractalEngine {
         let writeback = Writeback::start();
         tree.store.set_background_writes(writeback.is_some());
         tree.flusher = Flusher::start();
+        if writeback.is_some() || tree.flusher.is_some() {
+            // A flush in flight (up to a quarter of the budget) and a writeback job's copies
+            // live outside the cache: the cache leaves them room.
+            let share = tree.store.budget_bytes() / 4;
+            tree.store.set_background_share(share);
+        }
         Ok(FractalEngine {
             inner: RwLock::new(Inner {
                 tree,

@@ -132,6 +132,10 @@ pub struct Store {
     /// Memory held outside the cache by background leaf flushes in flight (their leaves and
     /// runs, decoded): taken from the budget, so the process stays within it.
     reserved_bytes: usize,
+    /// Share of the budget kept free for background work (decoded leaves and runs of a flush
+    /// in flight, nodes a writeback job holds and copies of them, encode buffers); the cache
+    /// is evicted to the budget minus this (or minus what flushes reserve, if more).
+    background_share_bytes: usize,
     /// Bytes of dirty cached nodes (written ahead of checkpoints to keep them short).
     dirty_bytes: usize,
     /// Partial reads done so far (see [`PartialReadStats`]).
@@ -266,6 +270,7 @@ impl Store {
             partial_internal: HashMap::new(),
             partial_bytes: 0,
             reserved_bytes: 0,
+            background_share_bytes: 0,
             dirty_bytes: 0,
             partial_stats: PartialReadStats::default(),
             run_indexes: Mutex::new(RunIndexCache::default()),
@@ -321,7 +326,7 @@ impl Store {
     /// Memory the engine holds against its budget: cached nodes, the side cache of partial
     /// reads, and what background flushes in flight hold.
     pub fn memory_bytes(&self) -> usize {
-        self.cached_bytes + self.partial_bytes + self.reserved_bytes
+        self.cached_bytes + self.partial_bytes + self.reserved_bytes.max(self.background_share_bytes)
     }
 
     /// Bytes background flushes in flight hold (reserved from the budget).
@@ -1048,7 +1053,7 @@ impl Store {
         let mut steps = 0usize;
         let budget = self
             .budget_bytes
-            .saturating_sub(self.partial_bytes + self.reserved_bytes);
+            .saturating_sub(self.partial_bytes + self.reserved_bytes.max(self.background_share_bytes));
         while self.cached_bytes > budget && self.cache.len() > 1 && !self.ring.is_empty() {
             steps += 1;
             if steps > 8 * (self.ring.len() + 8) {
@@ -1089,6 +1094,11 @@ impl Store {
     pub fn reserve(&mut self, add: usize, sub: usize) {
         debug_assert!(self.reserved_bytes + add >= sub, "released more than reserved");
         self.reserved_bytes = (self.reserved_bytes + add).saturating_sub(sub);
+    }
+
+    /// Keeps `bytes` of the budget free for background threads (see `background_share_bytes`).
+    pub fn set_background_share(&mut self, bytes: usize) {
+        self.background_share_bytes = bytes.min(self.budget_bytes / 2);
     }
 
     /// Declares that a background writer adopts the jobs of [`Store::begin_writeback`].

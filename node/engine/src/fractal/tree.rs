@@ -448,7 +448,16 @@ impl Tree {
             return Ok(b.spilled().len() < 2 * MAX_RUNS_PER_BUFFER);
         }
         if b.spilled_bytes() >= self.params.node_size_bytes {
-            return self.start_leaf_flush(n, i);
+            let spilled_bytes = b.spilled_bytes();
+            if self.start_leaf_flush(n, i)? {
+                return Ok(true);
+            }
+            // The flusher is busy (or its memory share is taken): keep spilling up to twice a
+            // node's worth rather than flushing on the writer, whose decoded runs and leaf are
+            // memory outside the budget; beyond that the writer flushes (bounded).
+            return Ok(self.flusher.is_some()
+                && n.height == 1
+                && spilled_bytes < 2 * self.params.node_size_bytes);
         }
         if b.spilled().len() >= MAX_RUNS_PER_BUFFER {
             // Many small runs: merge them into one (size-tiered, the child is not touched).
