@@ -115,7 +115,8 @@ pub struct EngineOptions {
     pub dir: PathBuf,
     /// Memory budget for cached nodes/pages, in bytes.
     pub cache_size_bytes: u64,
-    /// zstd level for node compression; `None` stores nodes uncompressed.
+    /// zstd level for leaves (internal nodes and spilled runs use at most -1, see
+    /// `fractal::codec::transient_level`); `None` stores everything uncompressed.
     pub compression_level: Option<i32>,
 }
 

@@ -39,8 +39,11 @@
 //! merges them while the writer goes on; the writer installs the result (the runs leave the
 //! buffer, the leaf splits). [`writeback`] encodes (compresses) and writes dirty nodes: the
 //! leaves a flush produced (then evicted) and idle dirty nodes when too many are dirty. The
-//! writer waits for writeback only when the cache runs over budget (back-pressure); memory a
-//! flush in flight holds is taken from the cache budget.
+//! writer waits for writeback only when the engine's memory runs over budget (back-pressure).
+//! A quarter of the budget stays free for the background threads (a flush in flight reserves
+//! its decoded leaf and runs from it, at most one quarter's worth at a time); a buffer whose
+//! flush cannot start yet keeps spilling runs, up to two nodes' worth, before the writer
+//! flushes it itself.
 //!
 //! Not yet built (see issue 3): background flushing of internal buffers (flushes between
 //! internal nodes run on the writer), hole punching of freed blocks (they are reused and the

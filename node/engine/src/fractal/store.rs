@@ -38,6 +38,9 @@ use super::node::{child_index, Basement, Node, NodeId};
 use super::space::Space;
 use crate::{EngineError, Result};
 
+/// Threads a checkpoint encodes its nodes on, at most.
+const MAX_CHECKPOINT_LANES: usize = 4;
+
 /// Write batches a dirty node must stay unmodified before the incremental writer takes it.
 const IDLE_EPOCHS: u64 = 8;
 
@@ -1676,21 +1679,49 @@ impl CheckpointJob {
             ..CheckpointStats::default()
         };
         let mut entries = self.clean.clone();
-        let mut written = Vec::with_capacity(self.nodes.len());
-        for n in std::mem::take(&mut self.nodes) {
-            let enc = encode_node(n.id, &n.node, self.compression_level)?;
-            let loc = self.write_block(&enc, || format!("checkpoint node {}", n.id))?;
-            stats.nodes_written += 1;
-            stats.bytes_written += enc.len() as u64;
-            recycle_block_buf(enc);
-            entries.push((n.id, loc));
-            written.push(WrittenNode {
-                id: n.id,
-                node: n.node,
-                loc_at_begin: n.loc_at_begin,
-                loc,
-                evict_after: false,
-            });
+        let nodes = std::mem::take(&mut self.nodes);
+        let mut written = Vec::with_capacity(nodes.len());
+        // Encoding (zstd) dominates: the nodes are dealt round-robin to one lane per core, each
+        // encoding and writing its nodes (one encoded block in memory per lane).
+        let lanes = if nodes.len() < 8 {
+            1
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_CHECKPOINT_LANES))
+        };
+        let mut dealt: Vec<Vec<PendingNode>> = (0..lanes).map(|_| Vec::new()).collect();
+        for (i, n) in nodes.into_iter().enumerate() {
+            if let Some(lane) = dealt.get_mut(i % lanes) {
+                lane.push(n);
+            }
+        }
+        let job = &self;
+        let results: Vec<Result<(Vec<WrittenNode>, u64)>> = if lanes == 1 {
+            dealt.into_iter().map(|lane| job.write_lane(lane)).collect()
+        } else {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = dealt
+                    .into_iter()
+                    .map(|lane| scope.spawn(move || job.write_lane(lane)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(EngineError::Io {
+                                context: "checkpoint encoder".into(),
+                                source: std::io::Error::other("an encoding thread panicked"),
+                            })
+                        })
+                    })
+                    .collect()
+            })
+        };
+        for r in results {
+            let (lane_written, bytes) = r?;
+            stats.nodes_written += lane_written.len() as u64;
+            stats.bytes_written += bytes;
+            entries.extend(lane_written.iter().map(|w| (w.id, w.loc)));
+            written.extend(lane_written);
         }
         entries.sort_unstable_by_key(|e| e.0);
         let img = BttImage {
@@ -1724,6 +1755,27 @@ impl CheckpointJob {
             written,
             stats,
         })
+    }
+
+    /// Encodes and writes `nodes` (one lane of [`CheckpointJob::run`]); returns what it wrote
+    /// and the bytes.
+    fn write_lane(&self, nodes: Vec<PendingNode>) -> Result<(Vec<WrittenNode>, u64)> {
+        let mut written = Vec::with_capacity(nodes.len());
+        let mut bytes = 0u64;
+        for n in nodes {
+            let enc = encode_node(n.id, &n.node, self.compression_level)?;
+            let loc = self.write_block(&enc, || format!("checkpoint node {}", n.id))?;
+            bytes += enc.len() as u64;
+            recycle_block_buf(enc);
+            written.push(WrittenNode {
+                id: n.id,
+                node: n.node,
+                loc_at_begin: n.loc_at_begin,
+                loc,
+                evict_after: false,
+            });
+        }
+        Ok((written, bytes))
     }
 
     /// Writes `enc` to a block the checkpoint in progress claims.
