@@ -55,6 +55,23 @@ fn batch(x: &mut u64, round: u64) -> Vec<WriteOp> {
         .collect()
 }
 
+/// Writes five more rounds (never checkpointed), crashes (unsynced data dropped) and reopens.
+fn crash_after_unsynced_writes(
+    e: FractalEngine,
+    vfs: &Arc<FaultVfs>,
+    cache_size_bytes: u64,
+    x: &mut u64,
+    round: &mut u64,
+) -> FractalEngine {
+    for _ in 0..5 {
+        *round += 1;
+        e.write(&batch(x, *round), Some(&round.to_le_bytes())).unwrap();
+    }
+    drop(e);
+    vfs.crash(false);
+    open(vfs, cache_size_bytes)
+}
+
 /// Keys to values.
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -144,14 +161,7 @@ fn a_crash_after_an_overlapped_checkpoint_returns_its_snapshot() {
             e.check_integrity().unwrap();
         }
         // Writes after the last checkpoint are lost in the crash; the checkpoint's are not.
-        for _ in 0..5 {
-            round += 1;
-            e.write(&batch(&mut x, round), Some(&round.to_le_bytes()))
-                .unwrap();
-        }
-        drop(e);
-        vfs.crash(false);
-        let e = open(&vfs, cache_size_bytes);
+        let e = crash_after_unsynced_writes(e, &vfs, cache_size_bytes, &mut x, &mut round);
         assert_eq!(e.meta().unwrap(), Some(durable.0.to_le_bytes().to_vec()));
         assert_same(&dump(&e), &durable.1, &format!("after the crash (seed {seed})"));
         e.check_integrity().unwrap();
@@ -250,14 +260,7 @@ fn writeback_adopts_only_unchanged_nodes_beside_writers_and_checkpoints() {
             "every writeback adopted: writers never raced it (seed {seed})"
         );
         // Writes after the last checkpoint are lost in the crash.
-        for _ in 0..5 {
-            round += 1;
-            e.write(&batch(&mut x, round), Some(&round.to_le_bytes()))
-                .unwrap();
-        }
-        drop(e);
-        vfs.crash(false);
-        let e = open(&vfs, cache_size_bytes);
+        let e = crash_after_unsynced_writes(e, &vfs, cache_size_bytes, &mut x, &mut round);
         let (r, snapshot) = durable.unwrap();
         assert_eq!(e.meta().unwrap(), Some(r.to_le_bytes().to_vec()));
         assert_same(&dump(&e), &snapshot, &format!("after the crash (seed {seed})"));

@@ -211,6 +211,25 @@ fn data_partition(
     Ok((i, entry))
 }
 
+/// Reads `len` bytes at `offset` of `file` into a (reused) block buffer. Errors: `Corruption`
+/// naming `location` when the file ends first, `Io` otherwise.
+fn read_at(file: &dyn VfsFile, offset: u64, len: u64, location: &str) -> Result<Vec<u8>> {
+    let mut buf = take_block_buf(len as usize);
+    buf.resize(len as usize, 0);
+    file.read_exact_at(&mut buf, offset)
+        .map_err(|source| match source.kind() {
+            std::io::ErrorKind::UnexpectedEof => EngineError::Corruption {
+                location: location.to_string(),
+                detail: "block past end of file".into(),
+            },
+            _ => EngineError::Io {
+                context: format!("read {location}"),
+                source,
+            },
+        })?;
+    Ok(buf)
+}
+
 fn bump(clock: &AtomicU8) {
     let c = clock.load(Ordering::Relaxed);
     if c < CLOCK_MAX {
@@ -630,21 +649,7 @@ impl Store {
                 detail: format!("span {off}+{len} outside block"),
             });
         }
-        let mut buf = take_block_buf(len as usize);
-        buf.resize(len as usize, 0);
-        self.file
-            .read_exact_at(&mut buf, loc.offset + off)
-            .map_err(|source| match source.kind() {
-                std::io::ErrorKind::UnexpectedEof => EngineError::Corruption {
-                    location: location.clone(),
-                    detail: "block past end of file".into(),
-                },
-                _ => EngineError::Io {
-                    context: format!("read {location}"),
-                    source,
-                },
-            })?;
-        Ok(buf)
+        read_at(&*self.file, loc.offset + off, len, &location)
     }
 
     fn read_partition(&self, id: NodeId, loc: &BlockLoc, e: &PartEntry, compressed: bool) -> Result<Vec<u8>> {
@@ -1486,20 +1491,7 @@ impl DetachedBlock {
 
     /// The whole block, checked against its BTT crc.
     fn read_checked(&self, location: &str) -> Result<Vec<u8>> {
-        let mut buf = take_block_buf(self.loc.size as usize);
-        buf.resize(self.loc.size as usize, 0);
-        self.file
-            .read_exact_at(&mut buf, self.loc.offset)
-            .map_err(|source| match source.kind() {
-                std::io::ErrorKind::UnexpectedEof => EngineError::Corruption {
-                    location: location.to_string(),
-                    detail: "block past end of file".into(),
-                },
-                _ => EngineError::Io {
-                    context: format!("read {location}"),
-                    source,
-                },
-            })?;
+        let buf = read_at(&*self.file, self.loc.offset, u64::from(self.loc.size), location)?;
         let crc = crc32c::crc32c(&buf);
         if crc != self.loc.crc {
             return Err(EngineError::Corruption {

@@ -497,11 +497,14 @@ impl Tree {
         for r in b.spilled() {
             runs.push((r.msgs, self.store.detached(r.id)?));
         }
-        // Decoded messages take about twice their counted bytes (two allocations each); the
-        // leaf up to a node, and as much again while its basements are rebuilt.
-        let reserved_bytes = b.spilled_bytes() * 2 + self.params.node_size_bytes * 2;
-        // Flushes in flight hold at most a quarter of the budget; beyond, the writer flushes.
-        if self.store.reserved_bytes() + reserved_bytes > self.store.budget_bytes() / 4 {
+        // Decoded messages take their counted bytes (the count includes their in-memory
+        // overhead); the leaf up to a node, and as much again while its basements are rebuilt.
+        let reserved_bytes = b.spilled_bytes() + self.params.node_size_bytes * 2;
+        // Flushes in flight hold at most a quarter of the budget (the share the cache leaves
+        // free for background work), except that one flush may always run; beyond, the writer
+        // keeps spilling or flushes itself.
+        let reserved = self.store.reserved_bytes();
+        if reserved > 0 && reserved + reserved_bytes > self.store.budget_bytes() / 4 {
             return Ok(false);
         }
         let flight = InFlight {
