@@ -1304,27 +1304,37 @@ impl Store {
     pub fn finish_writeback(&mut self, done: WritebackDone, root: NodeId) -> WritebackStats {
         let mut stats = done.stats;
         for w in done.written {
-            let unchanged = self
-                .cache
-                .get(&w.id)
-                .is_some_and(|e| e.dirty && Arc::ptr_eq(&e.node, &w.node))
-                && self.btt.get(&w.id).copied() == w.loc_at_begin;
-            if unchanged {
-                self.btt.insert(w.id, w.loc);
-                if let Some(old) = w.loc_at_begin {
-                    self.release(old);
-                }
-                self.mark_clean(w.id);
+            if self.adopt_written(&w, true) {
                 if w.evict_after && w.id != root {
                     // The CLOCK ring drops ids without a cache entry when its hand reaches them.
                     self.remove_entry(w.id);
                 }
                 stats.adopted += 1;
-            } else {
-                self.release(w.loc);
             }
         }
         stats
+    }
+
+    /// Adopts a block a background job wrote for `w.id` when the node is unchanged since the
+    /// job began (the same cached `Arc`, still dirty if `require_dirty`, the same BTT entry):
+    /// the BTT points at the new block, the old one is released and the node is clean. Otherwise
+    /// the written block is released. Returns whether it adopted.
+    fn adopt_written(&mut self, w: &WrittenNode, require_dirty: bool) -> bool {
+        let unchanged = self
+            .cache
+            .get(&w.id)
+            .is_some_and(|e| (e.dirty || !require_dirty) && Arc::ptr_eq(&e.node, &w.node))
+            && self.btt.get(&w.id).copied() == w.loc_at_begin;
+        if unchanged {
+            self.btt.insert(w.id, w.loc);
+            if let Some(old) = w.loc_at_begin {
+                self.release(old);
+            }
+            self.mark_clean(w.id);
+        } else {
+            self.release(w.loc);
+        }
+        unchanged
     }
 
     /// Starts a checkpoint of the tree as it is now (`root`, counters and `meta`): takes a
@@ -1393,20 +1403,8 @@ impl Store {
         let started = Instant::now();
         let mut stats = done.stats;
         for w in done.written {
-            let unchanged = self
-                .cache
-                .get(&w.id)
-                .is_some_and(|e| Arc::ptr_eq(&e.node, &w.node))
-                && self.btt.get(&w.id).copied() == w.loc_at_begin;
-            if unchanged {
-                self.btt.insert(w.id, w.loc);
-                if let Some(old) = w.loc_at_begin {
-                    self.release(old);
-                }
-                self.mark_clean(w.id);
+            if self.adopt_written(&w, false) {
                 stats.adopted += 1;
-            } else {
-                self.release(w.loc);
             }
         }
         self.counter = done.counter;
