@@ -13,14 +13,11 @@
 //! tree keeps until the install.
 
 use std::collections::VecDeque;
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::thread::JoinHandle;
-
-use parking_lot::Mutex;
 
 use super::msg::Msg;
 use super::node::{Leaf, Node, NodeId};
 use super::store::DetachedBlock;
+use super::worker::Worker;
 use crate::{EngineError, Result};
 
 /// Flushes in flight at most: each holds a decoded leaf and its runs in memory.
@@ -92,12 +89,9 @@ pub struct FlushTotals {
     pub waited: u64,
 }
 
-/// The flusher thread, its channels and the flushes in flight (oldest first).
+/// The flusher thread and the flushes in flight (oldest first).
 pub(crate) struct Flusher {
-    jobs: Option<Sender<LeafFlushJob>>,
-    /// Behind a mutex only so the engine stays `Sync`: the writer alone uses it.
-    done: Mutex<Receiver<(NodeId, Result<LeafFlushDone>)>>,
-    thread: Option<JoinHandle<()>>,
+    worker: Worker<LeafFlushJob, (NodeId, Result<LeafFlushDone>)>,
     pub(crate) in_flight: VecDeque<InFlight>,
     /// Results received but not installed yet.
     ready: Vec<(NodeId, Result<LeafFlushDone>)>,
@@ -107,23 +101,9 @@ pub(crate) struct Flusher {
 impl Flusher {
     /// Starts the thread; `None` when it cannot be started (flushes then stay on the writer).
     pub(crate) fn start() -> Option<Flusher> {
-        let (job_tx, job_rx) = channel::<LeafFlushJob>();
-        let (done_tx, done_rx) = channel();
-        let thread = std::thread::Builder::new()
-            .name("ftkv-flusher".into())
-            .spawn(move || {
-                for job in job_rx {
-                    let child = job.child;
-                    if done_tx.send((child, job.run())).is_err() {
-                        break;
-                    }
-                }
-            })
-            .ok()?;
+        let worker = Worker::start("ftkv-flusher", |job: LeafFlushJob| (job.child, job.run()))?;
         Some(Flusher {
-            jobs: Some(job_tx),
-            done: Mutex::new(done_rx),
-            thread: Some(thread),
+            worker,
             in_flight: VecDeque::new(),
             ready: Vec::new(),
             totals: FlushTotals::default(),
@@ -142,25 +122,17 @@ impl Flusher {
 
     /// Hands `job` to the thread. Errors: `Io` when the thread is gone.
     pub(crate) fn submit(&mut self, job: LeafFlushJob, flight: InFlight) -> Result<()> {
-        let sent = self.jobs.as_ref().is_some_and(|tx| tx.send(job).is_ok());
-        if !sent {
-            return Err(gone());
-        }
+        self.worker.submit(job)?;
         self.in_flight.push_back(flight);
         self.totals.started += 1;
         Ok(())
     }
 
-    /// Moves finished results to `ready` without waiting.
-    fn receive_ready(&mut self) {
-        while let Ok(r) = self.done.get_mut().try_recv() {
-            self.ready.push(r);
-        }
-    }
-
     /// Takes a finished flush (with its record) if there is one, without waiting.
     pub(crate) fn take_finished(&mut self) -> Option<(InFlight, Result<LeafFlushDone>)> {
-        self.receive_ready();
+        while let Ok(Some(r)) = self.worker.try_recv() {
+            self.ready.push(r);
+        }
         loop {
             let (child, r) = self.ready.pop()?;
             if let Some(pos) = self.in_flight.iter().position(|f| f.child == child) {
@@ -170,22 +142,21 @@ impl Flusher {
         }
     }
 
-    /// Waits for the flush of `child` and takes it. Errors: `Io` when the thread is gone;
-    /// `None` when no flush of `child` is in flight.
+    /// Waits for the flush of `child` and takes it (its result is `Io` when the thread is
+    /// gone); `None` when no flush of `child` is in flight.
     pub(crate) fn wait_for(&mut self, child: NodeId) -> Option<(InFlight, Result<LeafFlushDone>)> {
         let pos = self.in_flight.iter().position(|f| f.child == child)?;
-        self.totals.waited += 1;
         loop {
             if let Some(k) = self.ready.iter().position(|(c, _)| *c == child) {
                 let (_, r) = self.ready.swap_remove(k);
                 let flight = self.in_flight.remove(pos)?;
                 return Some((flight, r));
             }
-            match self.done.get_mut().recv() {
+            match self.worker.recv() {
                 Ok(r) => self.ready.push(r),
-                Err(_) => {
+                Err(e) => {
                     let flight = self.in_flight.remove(pos)?;
-                    return Some((flight, Err(gone())));
+                    return Some((flight, Err(e)));
                 }
             }
         }
@@ -193,30 +164,9 @@ impl Flusher {
 
     /// Waits for every flush in flight and forgets them (the tree is being replaced).
     pub(crate) fn cancel_all(&mut self) {
-        while !self.in_flight.is_empty() {
-            let Some(child) = self.in_flight.front().map(|f| f.child) else {
-                break;
-            };
+        while let Some(child) = self.in_flight.front().map(|f| f.child) {
             let _ = self.wait_for(child);
         }
         self.ready.clear();
-    }
-}
-
-fn gone() -> EngineError {
-    EngineError::Io {
-        context: "flusher thread".into(),
-        source: std::io::Error::other("the flusher thread stopped"),
-    }
-}
-
-impl Drop for Flusher {
-    /// Lets running flushes finish (their results are dropped: the tree never changed) and
-    /// joins the thread.
-    fn drop(&mut self) {
-        self.jobs = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }

@@ -63,6 +63,7 @@ pub mod node;
 mod space;
 pub mod store;
 pub mod tree;
+mod worker;
 pub mod writeback;
 
 use std::path::{Path, PathBuf};

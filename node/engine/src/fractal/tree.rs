@@ -729,7 +729,11 @@ impl Tree {
         let Some(&cid) = parent.children.get(i) else {
             return Err(corrupt(format!("node child {i}"), "flush of a missing child"));
         };
-        if let Some((flight, r)) = self.flusher.as_mut().and_then(|f| f.wait_for(cid)) {
+        if let Some((flight, r)) = self.flusher.as_mut().and_then(|f| {
+            let r = f.wait_for(cid);
+            f.totals.waited += u64::from(r.is_some());
+            r
+        }) {
             // A background flush into this leaf comes first.
             self.install_leaf_flush(parent, i, flight, r?)?;
         }

@@ -10,14 +10,11 @@
 //! ([`super::store::Store::finish_writeback`]) runs on the writer under its lock. When the thread
 //! cannot be started the writer writes the same nodes inline.
 
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::thread::JoinHandle;
 use std::time::Instant;
 
-use parking_lot::Mutex;
-
 use super::store::{WritebackDone, WritebackJob, WritebackStats};
-use crate::{EngineError, Result};
+use super::worker::Worker;
+use crate::Result;
 
 /// Totals of background writeback since open.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -39,12 +36,9 @@ pub struct WritebackTotals {
     pub writer_wait_us: u64,
 }
 
-/// The writeback thread and its two channels.
+/// The writeback thread and whether it runs a job.
 pub(crate) struct Writeback {
-    jobs: Option<Sender<WritebackJob>>,
-    /// Behind a mutex only so the engine stays `Sync`: the writer alone uses it.
-    done: Mutex<Receiver<Result<WritebackDone>>>,
-    thread: Option<JoinHandle<()>>,
+    worker: Worker<WritebackJob, Result<WritebackDone>>,
     running: bool,
     pub(crate) totals: WritebackTotals,
 }
@@ -52,22 +46,9 @@ pub(crate) struct Writeback {
 impl Writeback {
     /// Starts the thread; `None` when it cannot be started (writes then stay inline).
     pub(crate) fn start() -> Option<Writeback> {
-        let (job_tx, job_rx) = channel::<WritebackJob>();
-        let (done_tx, done_rx) = channel();
-        let thread = std::thread::Builder::new()
-            .name("ftkv-writeback".into())
-            .spawn(move || {
-                for job in job_rx {
-                    if done_tx.send(job.run()).is_err() {
-                        break;
-                    }
-                }
-            })
-            .ok()?;
+        let worker = Worker::start("ftkv-writeback", WritebackJob::run)?;
         Some(Writeback {
-            jobs: Some(job_tx),
-            done: Mutex::new(done_rx),
-            thread: Some(thread),
+            worker,
             running: false,
             totals: WritebackTotals::default(),
         })
@@ -81,10 +62,7 @@ impl Writeback {
     /// Hands `job` to the thread. Errors: `Io` when the thread is gone.
     pub(crate) fn submit(&mut self, job: WritebackJob) -> Result<()> {
         debug_assert!(!self.running, "one writeback job at a time");
-        let sent = self.jobs.as_ref().is_some_and(|tx| tx.send(job).is_ok());
-        if !sent {
-            return Err(gone());
-        }
+        self.worker.submit(job)?;
         self.running = true;
         Ok(())
     }
@@ -97,15 +75,15 @@ impl Writeback {
         }
         let r = if wait {
             let started = Instant::now();
-            let r = self.done.get_mut().recv().map_err(|_| gone());
+            let r = self.worker.recv();
             self.totals.writer_waits += 1;
             self.totals.writer_wait_us += started.elapsed().as_micros() as u64;
             r
         } else {
-            match self.done.get_mut().try_recv() {
-                Ok(r) => Ok(r),
-                Err(std::sync::mpsc::TryRecvError::Empty) => return None,
-                Err(std::sync::mpsc::TryRecvError::Disconnected) => Err(gone()),
+            match self.worker.try_recv() {
+                Ok(None) => return None,
+                Ok(Some(r)) => Ok(r),
+                Err(e) => Err(e),
             }
         };
         self.running = false;
@@ -119,22 +97,5 @@ impl Writeback {
         self.totals.bytes_written += s.bytes_written;
         self.totals.leaf_bytes_written += s.leaf_bytes_written;
         self.totals.adopted += s.adopted;
-    }
-}
-
-fn gone() -> EngineError {
-    EngineError::Io {
-        context: "writeback thread".into(),
-        source: std::io::Error::other("the writeback thread stopped"),
-    }
-}
-
-impl Drop for Writeback {
-    /// Lets a running job finish (its blocks are simply never adopted) and joins the thread.
-    fn drop(&mut self) {
-        self.jobs = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
