@@ -200,15 +200,20 @@ fn data_partition(
     location: &str,
 ) -> Result<(usize, PartEntry)> {
     let i = child_index(pivots, key);
-    let entry = index
+    Ok((i, partition_of(index, i, location)?))
+}
+
+/// Data partition of child or basement `i` (partition `i + 1`). Errors: `Corruption` naming
+/// `location` when the node has no such partition.
+fn partition_of(index: &NodeIndex, i: usize, location: &str) -> Result<PartEntry> {
+    index
         .parts
         .get(i + 1)
         .copied()
         .ok_or_else(|| EngineError::Corruption {
             location: location.to_string(),
-            detail: format!("no partition for child {i}"),
-        })?;
-    Ok((i, entry))
+            detail: format!("no partition for child or basement {i}"),
+        })
 }
 
 /// Reads `len` bytes at `offset` of `file` into a (reused) block buffer. Errors: `Corruption`
@@ -722,16 +727,8 @@ impl Store {
             }
             LeafSpot::Piece(bi, fi) => (bi, fi),
         };
-        // Basement `bi` (from `spot`) is data partition `bi + 1`.
-        let entry = p
-            .index
-            .parts
-            .get(bi + 1)
-            .copied()
-            .ok_or_else(|| EngineError::Corruption {
-                location: location.clone(),
-                detail: format!("no partition for basement {bi}"),
-            })?;
+        // Basement `bi` (from `spot`).
+        let entry = partition_of(&p.index, bi, &location)?;
         let b = match p.frames.as_ref().and_then(|f| f.get(bi)) {
             Some(bf) => {
                 // Format 3: one frame, checked against its crc in the (verified) frame table.
