@@ -11,7 +11,7 @@ use crate::ops::UpsertOp;
 use crate::{EngineError, Result};
 
 /// Format version written and read by this build.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// Bytes of each of the two header slots (at offsets 0 and `HEADER_SLOT_BYTES`).
 pub const HEADER_SLOT_BYTES: u64 = 4096;
 /// First byte of the block area.
@@ -382,27 +382,47 @@ fn encode_buffer(buf: &Buffer) -> Vec<u8> {
                     }
                 }
             }
-            MsgRef::Range(r) => {
-                w.u64(r.msn);
-                w.u8(match r.op {
-                    RangeOp::Delete => 4,
-                    RangeOp::Upsert(_) => 5,
-                });
-                w.bytes(&r.start);
-                match &r.end {
-                    Some(e) => {
-                        w.u8(1);
-                        w.bytes(e);
-                    }
-                    None => w.u8(0),
-                }
-                if let RangeOp::Upsert(u) = &r.op {
-                    encode_upsert(&mut w, u);
-                }
-            }
+            MsgRef::Range(r) => encode_range(&mut w, r),
         }
     }
     w.0
+}
+
+/// Encodes a range message: u64 MSN, u8 tag (4 DeleteRange, 5 broadcast Upsert), start key,
+/// u8 1 and the end key or u8 0 (unbounded), then the op of an upsert.
+fn encode_range(w: &mut W, r: &RangeMsg) {
+    w.u64(r.msn);
+    w.u8(match r.op {
+        RangeOp::Delete => 4,
+        RangeOp::Upsert(_) => 5,
+    });
+    w.bytes(&r.start);
+    match &r.end {
+        Some(e) => {
+            w.u8(1);
+            w.bytes(e);
+        }
+        None => w.u8(0),
+    }
+    if let RangeOp::Upsert(u) = &r.op {
+        encode_upsert(w, u);
+    }
+}
+
+/// Decodes a range message written by [`encode_range`] after its MSN and tag.
+fn decode_range_body(r: &mut R<'_>, msn: Msn, tag: u8) -> Result<RangeMsg, Detail> {
+    let start = r.bytes()?;
+    let end = match r.u8()? {
+        0 => None,
+        1 => Some(r.bytes()?),
+        e => return Err(format!("bad range end tag {e}")),
+    };
+    let op = if tag == 4 {
+        RangeOp::Delete
+    } else {
+        RangeOp::Upsert(decode_upsert(r)?)
+    };
+    Ok(RangeMsg { msn, start, end, op })
 }
 
 fn decode_buffer(raw: &[u8]) -> Result<Buffer, Detail> {
@@ -435,20 +455,7 @@ fn decode_buffer(raw: &[u8]) -> Result<Buffer, Detail> {
                     op: PointOp::Upsert(decode_upsert(&mut r)?),
                 }
             }
-            t @ (4 | 5) => {
-                let start = r.bytes()?;
-                let end = match r.u8()? {
-                    0 => None,
-                    1 => Some(r.bytes()?),
-                    e => return Err(format!("bad range end tag {e}")),
-                };
-                let op = if t == 4 {
-                    RangeOp::Delete
-                } else {
-                    RangeOp::Upsert(decode_upsert(&mut r)?)
-                };
-                Msg::Range(RangeMsg { msn, start, end, op })
-            }
+            t @ (4 | 5) => Msg::Range(decode_range_body(&mut r, msn, t)?),
             t => return Err(format!("unknown message tag {t}")),
         };
         buf.push(msg);
@@ -464,14 +471,6 @@ pub const RUN_FRAME_RAW_BYTES: usize = 16 << 10;
 /// Fixed header bytes of a format-3 run block.
 pub const RUN_FIXED_HEADER_BYTES: usize = 40;
 
-/// Key of a message (a range message's start key; runs hold point messages only).
-fn msg_key(m: &Msg) -> &[u8] {
-    match m {
-        Msg::Point { key, .. } => key,
-        Msg::Range(r) => &r.start,
-    }
-}
-
 /// Encodes one message of a run payload.
 fn encode_run_msg(p: &mut W, m: &Msg) -> Result<()> {
     let Msg::Point { msn, key, op } = m else {
@@ -479,7 +478,14 @@ fn encode_run_msg(p: &mut W, m: &Msg) -> Result<()> {
             "range message in a spilled run".into(),
         ));
     };
-    p.u64(*msn);
+    encode_point(p, *msn, key, op);
+    Ok(())
+}
+
+/// Encodes one point message as runs and framed buffers store it: u64 MSN, u8 tag (1 Put,
+/// 2 Delete, 3 Upsert), key, then the value or the op.
+fn encode_point(p: &mut W, msn: Msn, key: &[u8], op: &PointOp) {
+    p.u64(msn);
     match op {
         PointOp::Put(v) => {
             p.u8(1);
@@ -496,7 +502,6 @@ fn encode_run_msg(p: &mut W, m: &Msg) -> Result<()> {
             encode_upsert(p, u);
         }
     }
-    Ok(())
 }
 
 /// Encodes a run as format 2 wrote it (36-byte header, one payload, zstd level 1 when
@@ -541,9 +546,9 @@ pub fn encode_run(id: u64, msgs: &[Msg], level: Option<i32>) -> Result<Vec<u8>> 
     let level = transient_level(level);
     let mut fw = FrameWriter::new(RUN_FRAME_RAW_BYTES, level);
     for (i, m) in msgs.iter().enumerate() {
-        let key = msg_key(m);
+        let key = m.key_or_start();
         // Cut only between two keys.
-        let new_key = i == 0 || msgs.get(i - 1).map(msg_key) != Some(key);
+        let new_key = i == 0 || msgs.get(i - 1).map(Msg::key_or_start) != Some(key);
         fw.begin_item(key, new_key)?;
         encode_run_msg(&mut fw.raw, m)?;
     }
@@ -769,74 +774,83 @@ pub fn decode_run_frames(
     location: &str,
     out: &mut Vec<Msg>,
 ) -> Result<()> {
-    let res = (|| -> Result<(), Detail> {
-        let Some(first) = index.frames.get(frames.start) else {
-            return Ok(());
-        };
-        let base = first.offset;
-        let mut prev: Option<(Vec<u8>, Msn)> = None;
-        for (i, f) in index.frames[frames.clone()].iter().enumerate() {
-            let at = (f.offset - base) as usize;
-            // A version-2 run is one frame checked by the BTT crc of the whole block.
-            let crc = (index.version >= 3).then_some(f.crc);
-            let raw = unpack_frame(
-                data,
-                at,
-                (f.stored_len, f.raw_len),
-                crc,
-                index.compressed,
-                frames.start + i,
-            )?;
-            let mut p = R::new(&raw);
-            for j in 0..f.msgs {
-                let msn = p.u64()?;
-                let tag = p.u8()?;
-                let key = p.slice()?;
-                if j == 0 && index.version >= 3 && key != f.first_key.as_slice() {
-                    return Err(format!(
-                        "run frame {} starts at another key than its index",
-                        frames.start + i
-                    ));
-                }
-                if prev
-                    .as_ref()
-                    .is_some_and(|(pk, pm)| (pk.as_slice(), *pm) >= (key, msn))
-                {
-                    return Err("run messages not sorted by (key, MSN)".into());
-                }
-                if hi.is_some_and(|h| key >= h) {
-                    return Ok(());
-                }
-                let wanted = key >= lo;
-                let op = match tag {
-                    1 => {
-                        let v = p.slice()?;
-                        wanted.then(|| PointOp::Put(v.to_vec()))
-                    }
-                    2 => wanted.then_some(PointOp::Delete),
-                    3 => {
-                        let u = decode_upsert(&mut p)?;
-                        wanted.then_some(PointOp::Upsert(u))
-                    }
-                    t => return Err(format!("unknown run message tag {t}")),
-                };
-                match &mut prev {
-                    Some((pk, pm)) if pk.as_slice() == key => *pm = msn,
-                    _ => prev = Some((key.to_vec(), msn)),
-                }
-                if let Some(op) = op {
-                    out.push(Msg::Point {
-                        msn,
-                        key: key.to_vec(),
-                        op,
-                    });
-                }
+    decode_msg_frames(data, index, frames, lo, hi, out).map_err(|d| corruption(location, d))
+}
+
+/// [`decode_run_frames`] with the problem as a detail (runs and format-4 buffers).
+fn decode_msg_frames(
+    data: &[u8],
+    index: &RunIndex,
+    frames: std::ops::Range<usize>,
+    lo: &[u8],
+    hi: Option<&[u8]>,
+    out: &mut Vec<Msg>,
+) -> Result<(), Detail> {
+    let Some(first) = index.frames.get(frames.start) else {
+        return Ok(());
+    };
+    let base = first.offset;
+    let mut prev: Option<(Vec<u8>, Msn)> = None;
+    for (i, f) in index.frames[frames.clone()].iter().enumerate() {
+        let at = (f.offset - base) as usize;
+        // A version-2 run is one frame checked by the BTT crc of the whole block.
+        let crc = (index.version >= 3).then_some(f.crc);
+        let raw = unpack_frame(
+            data,
+            at,
+            (f.stored_len, f.raw_len),
+            crc,
+            index.compressed,
+            frames.start + i,
+        )?;
+        let mut p = R::new(&raw);
+        for j in 0..f.msgs {
+            let msn = p.u64()?;
+            let tag = p.u8()?;
+            let key = p.slice()?;
+            if j == 0 && index.version >= 3 && key != f.first_key.as_slice() {
+                return Err(format!(
+                    "run frame {} starts at another key than its index",
+                    frames.start + i
+                ));
             }
-            p.done()?;
+            if prev
+                .as_ref()
+                .is_some_and(|(pk, pm)| (pk.as_slice(), *pm) >= (key, msn))
+            {
+                return Err("run messages not sorted by (key, MSN)".into());
+            }
+            if hi.is_some_and(|h| key >= h) {
+                return Ok(());
+            }
+            let wanted = key >= lo;
+            let op = match tag {
+                1 => {
+                    let v = p.slice()?;
+                    wanted.then(|| PointOp::Put(v.to_vec()))
+                }
+                2 => wanted.then_some(PointOp::Delete),
+                3 => {
+                    let u = decode_upsert(&mut p)?;
+                    wanted.then_some(PointOp::Upsert(u))
+                }
+                t => return Err(format!("unknown run message tag {t}")),
+            };
+            match &mut prev {
+                Some((pk, pm)) if pk.as_slice() == key => *pm = msn,
+                _ => prev = Some((key.to_vec(), msn)),
+            }
+            if let Some(op) = op {
+                out.push(Msg::Point {
+                    msn,
+                    key: key.to_vec(),
+                    op,
+                });
+            }
         }
-        Ok(())
-    })();
-    res.map_err(|d| corruption(location, d))
+        p.done()?;
+    }
+    Ok(())
 }
 
 /// Decodes a whole run block read from `location` (its crc32c against the BTT is checked by
@@ -1002,6 +1016,11 @@ pub fn transient_level(level: Option<i32>) -> Option<i32> {
 /// crc32c-checked partition for the pivots/children and one per buffer or basement. Leaves are
 /// compressed at `level`, internal nodes at [`transient_level`] of it.
 pub fn encode_node(id: NodeId, node: &Node, level: Option<i32>) -> Result<Vec<u8>> {
+    encode_node_as(id, node, level, FORMAT_VERSION)
+}
+
+/// [`encode_node`] as format `version` wrote it (3 or 4; tests write old blocks with it).
+pub(crate) fn encode_node_as(id: NodeId, node: &Node, level: Option<i32>, version: u32) -> Result<Vec<u8>> {
     let mut info = W::default();
     let mut parts: Vec<Vec<u8>> = Vec::new();
     let (kind, height) = match node {
@@ -1028,7 +1047,22 @@ pub fn encode_node(id: NodeId, node: &Node, level: Option<i32>) -> Result<Vec<u8
                     r.filter.encode(&mut info.0);
                 }
             }
-            parts.extend(n.buffers.iter().map(encode_buffer));
+            if version < 4 {
+                parts.extend(n.buffers.iter().map(encode_buffer));
+            } else {
+                // Format 4: per child, its range messages and the frame table of its point
+                // messages follow in partition 0; the buffer partition holds the frames, so a
+                // point read decompresses one frame of one buffer.
+                let level = transient_level(level);
+                let mut stored = vec![(Vec::new(), 0u32)];
+                for b in &n.buffers {
+                    stored.push(encode_buffer_frames(b, level, &mut info)?);
+                }
+                let info_raw = std::mem::take(&mut info.0);
+                let info_len = info_raw.len() as u32;
+                stored[0] = (compress(info_raw, level)?, info_len);
+                return assemble_node(version, id, 1, n.height, level, stored);
+            }
             (1u8, n.height)
         }
         Node::Leaf(l) => {
@@ -1047,7 +1081,7 @@ pub fn encode_node(id: NodeId, node: &Node, level: Option<i32>) -> Result<Vec<u8
             let info_len = info_raw.len() as u32;
             let mut stored = vec![(compress(info_raw, level)?, info_len)];
             stored.extend(framed);
-            return assemble_node(FORMAT_VERSION, id, 0, 0, level, stored);
+            return assemble_node(version, id, 0, 0, level, stored);
         }
     };
     parts.insert(0, info.0);
@@ -1057,7 +1091,173 @@ pub fn encode_node(id: NodeId, node: &Node, level: Option<i32>) -> Result<Vec<u8
         let raw_len = p.len() as u32;
         stored.push((compress(p, level)?, raw_len));
     }
-    assemble_node(FORMAT_VERSION, id, kind, height, level, stored)
+    assemble_node(version, id, kind, height, level, stored)
+}
+
+/// Uncompressed bytes per frame of an internal node's buffer (format 4): the unit a point read
+/// through an uncached internal node decompresses.
+pub const BUFFER_FRAME_RAW_BYTES: usize = 4 << 10;
+
+/// Encodes buffer `b` of a format-4 internal node: appends to `info` its range messages (u32
+/// count, then each as [`encode_range`] writes it, in MSN order) and the frame table of its
+/// point messages (u32 messages, u32 frames, the frame rows); returns the stored partition (the
+/// frames of its point messages in (key, MSN) order, a key's messages never split) and its raw
+/// length.
+fn encode_buffer_frames(b: &Buffer, level: Option<i32>, info: &mut W) -> Result<(Vec<u8>, u32)> {
+    let ranges = b.range_msgs();
+    info.u32(ranges.len() as u32);
+    for r in ranges {
+        encode_range(info, r);
+    }
+    let mut fw = FrameWriter::new(BUFFER_FRAME_RAW_BYTES, level);
+    let mut prev: Option<&[u8]> = None;
+    let mut count = 0u32;
+    for (msn, key, op) in b.point_msgs() {
+        fw.begin_item(key, prev != Some(key))?;
+        encode_point(&mut fw.raw, msn, key, op);
+        prev = Some(key);
+        count += 1;
+    }
+    let frames = fw.finish()?;
+    info.u32(count);
+    info.u32(frames.len() as u32);
+    write_frame_table(&frames, info);
+    let total_raw = frames.iter().map(|f| f.raw_len).sum();
+    let mut stored = Vec::with_capacity(frames.iter().map(|f| f.stored.len()).sum());
+    for f in &frames {
+        stored.extend_from_slice(&f.stored);
+    }
+    Ok((stored, total_raw))
+}
+
+/// One child's buffer as partition 0 of a format-4 internal node describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BufferTable {
+    /// The buffer's range messages in MSN order (kept in partition 0: any key may need them).
+    pub ranges: Vec<RangeMsg>,
+    /// Frame index of the buffer partition's point messages, sorted by (key, MSN); frame
+    /// offsets count from the partition's start.
+    pub points: RunIndex,
+}
+
+impl BufferTable {
+    /// Bytes this table takes in memory (for cache accounting).
+    pub fn size_bytes(&self) -> usize {
+        self.points.size_bytes()
+            + self
+                .ranges
+                .iter()
+                .map(|r| Msg::Range(r.clone()).size_bytes())
+                .sum::<usize>()
+    }
+
+    /// The frame that can hold `key`'s point messages; `None` when `key` sorts before every
+    /// frame (then the buffer holds none).
+    pub fn frame_for(&self, key: &[u8]) -> Option<usize> {
+        self.points
+            .frames
+            .partition_point(|f| f.first_key.as_slice() <= key)
+            .checked_sub(1)
+    }
+
+    /// Checks that the frames add up to the partition's stored and raw lengths.
+    fn check_partition(&self, stored_len: usize, raw_len: usize) -> Result<(), Detail> {
+        let stored: u64 = self.points.frames.iter().map(|f| u64::from(f.stored_len)).sum();
+        let raw: u64 = self.points.frames.iter().map(|f| u64::from(f.raw_len)).sum();
+        if stored != stored_len as u64 || raw != raw_len as u64 {
+            return Err(format!(
+                "buffer frames hold {stored} stored / {raw} raw bytes, partition {stored_len} / {raw_len}"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Reads the `n` buffer tables of a format-4 internal node's partition 0 (after its filters).
+fn read_buffer_tables(
+    r: &mut R<'_>,
+    n: usize,
+    version: u32,
+    compressed: bool,
+) -> Result<Vec<BufferTable>, Detail> {
+    let mut out = Vec::with_capacity(n);
+    for c in 0..n {
+        let nranges = r.u32()? as usize;
+        let mut ranges: Vec<RangeMsg> = Vec::with_capacity(nranges.min(1 << 12));
+        for _ in 0..nranges {
+            let msn = r.u64()?;
+            let tag = r.u8()?;
+            if !matches!(tag, 4 | 5) {
+                return Err(format!("buffer {c}: unknown range message tag {tag}"));
+            }
+            let m = decode_range_body(r, msn, tag)?;
+            if ranges.last().is_some_and(|p| p.msn >= msn) {
+                return Err(format!("buffer {c}: range messages out of MSN order"));
+            }
+            ranges.push(m);
+        }
+        let msgs = r.u32()?;
+        let nframes = r.u32()? as usize;
+        let mut offset = 0u64;
+        let mut total = 0u64;
+        let frames: Vec<RunFrame> = read_frame_rows(r, nframes, &format!("buffer {c}"))?
+            .into_iter()
+            .map(|row| {
+                let f = RunFrame {
+                    first_key: row.first_key,
+                    msgs: row.count,
+                    offset,
+                    stored_len: row.stored_len,
+                    raw_len: row.raw_len,
+                    crc: row.crc,
+                };
+                offset += u64::from(row.stored_len);
+                total += u64::from(row.count);
+                f
+            })
+            .collect();
+        if total != u64::from(msgs) {
+            return Err(format!(
+                "buffer {c}: frames hold {total} messages, table says {msgs}"
+            ));
+        }
+        out.push(BufferTable {
+            ranges,
+            points: RunIndex {
+                version,
+                compressed,
+                msgs,
+                frames,
+            },
+        });
+    }
+    Ok(out)
+}
+
+/// Rebuilds a format-4 buffer from its table and its partition's stored bytes `data`.
+fn decode_framed_buffer(data: &[u8], raw_len: usize, t: &BufferTable) -> Result<Buffer, Detail> {
+    t.check_partition(data.len(), raw_len)?;
+    let mut msgs = Vec::with_capacity(t.points.msgs as usize + t.ranges.len());
+    decode_msg_frames(data, &t.points, 0..t.points.frames.len(), &[], None, &mut msgs)?;
+    if msgs.len() != t.points.msgs as usize {
+        return Err(format!(
+            "buffer frames decoded to {} messages, table says {}",
+            msgs.len(),
+            t.points.msgs
+        ));
+    }
+    msgs.extend(t.ranges.iter().cloned().map(Msg::Range));
+    msgs.sort_unstable_by_key(Msg::msn);
+    let mut buf = Buffer::new();
+    let mut last = 0;
+    for m in msgs {
+        if m.msn() <= last && last != 0 {
+            return Err(format!("buffer holds MSN {} twice", m.msn()));
+        }
+        last = m.msn();
+        buf.push(m);
+    }
+    Ok(buf)
 }
 
 /// Uncompressed bytes per frame of a basement (format 3): the unit a point read decompresses.
@@ -1346,10 +1546,21 @@ fn decode_node_inner(buf: &[u8], expect_id: NodeId) -> Result<Node, NodeErr> {
             // The key filters (format 2) are rebuilt in memory from the buffers; the spilled
             // runs' references go back into their buffers.
             let filters = read_child_filters(&mut ir, n)?;
-            ir.done()?;
-            let mut buffers = stored
-                .map(|(p, s)| decode_buffer(&unpack(p, s)?))
-                .collect::<Result<Vec<_>, Detail>>()?;
+            let mut buffers = if version >= 4 {
+                let tables = read_buffer_tables(&mut ir, n, version, compressed == 1)?;
+                ir.done()?;
+                stored
+                    .zip(&tables)
+                    .map(|((p, (data, raw_len)), t)| {
+                        decode_framed_buffer(data, raw_len, t).map_err(|d| format!("buffer {}: {d}", p - 1))
+                    })
+                    .collect::<Result<Vec<_>, Detail>>()?
+            } else {
+                ir.done()?;
+                stored
+                    .map(|(p, s)| decode_buffer(&unpack(p, s)?))
+                    .collect::<Result<Vec<_>, Detail>>()?
+            };
             for (b, f) in buffers.iter_mut().zip(filters) {
                 for r in f.runs {
                     b.push_spilled(r);
@@ -1459,7 +1670,8 @@ pub struct ChildFilter {
     pub runs: Vec<RunRef>,
 }
 
-/// Partition 0 of an internal node: pivots, children and per-child filters.
+/// Partition 0 of an internal node: pivots, children, per-child filters and (format 4)
+/// per-child buffer tables.
 #[derive(Debug, Clone)]
 pub struct InternalInfo {
     /// `children.len() - 1` pivots.
@@ -1468,10 +1680,27 @@ pub struct InternalInfo {
     pub children: Vec<NodeId>,
     /// One per child.
     pub filters: Vec<ChildFilter>,
+    /// One per child from format 4 (range messages and the frame table of the buffer's point
+    /// messages); `None` before: a buffer partition is read whole.
+    pub tables: Option<Vec<BufferTable>>,
 }
 
-/// Decodes partition 0 of an internal node with `buffers` buffer partitions.
-pub fn decode_internal_info(raw: &[u8], buffers: usize, location: &str) -> Result<InternalInfo> {
+impl InternalInfo {
+    /// Bytes this takes in memory beyond the raw partition (frame tables and ranges).
+    pub fn tables_size_bytes(&self) -> usize {
+        self.tables.iter().flatten().map(BufferTable::size_bytes).sum()
+    }
+}
+
+/// Decodes partition 0 of an internal node of format `version` (from its index) with
+/// `buffers` buffer partitions, whose frames are compressed when `compressed`.
+pub fn decode_internal_info(
+    raw: &[u8],
+    buffers: usize,
+    version: u32,
+    compressed: bool,
+    location: &str,
+) -> Result<InternalInfo> {
     let mut r = R::new(raw);
     let res = (|| -> Result<InternalInfo, Detail> {
         let n = r.u32()? as usize;
@@ -1487,17 +1716,32 @@ pub fn decode_internal_info(raw: &[u8], buffers: usize, location: &str) -> Resul
             children.push(r.u64()?);
         }
         let filters = read_child_filters(&mut r, n)?;
+        let tables = if version >= 4 {
+            Some(read_buffer_tables(&mut r, n, version, compressed)?)
+        } else {
+            None
+        };
         r.done()?;
         Ok(InternalInfo {
             pivots,
             children,
             filters,
+            tables,
         })
     })();
     res.map_err(|d| corruption(location, d))
 }
 
-/// One buffer partition of an internal node.
+/// The point messages of frame `frame` of a format-4 buffer described by `t`, whose stored
+/// bytes are `data` (read from the partition at the frame's offset); its crc32c, length, first
+/// key and message order are checked.
+pub fn decode_buffer_frame(data: &[u8], t: &BufferTable, frame: usize, location: &str) -> Result<Vec<Msg>> {
+    let mut out = Vec::new();
+    decode_run_frames(data, &t.points, frame..frame + 1, &[], None, location, &mut out)?;
+    Ok(out)
+}
+
+/// One buffer partition of an internal node before format 4 (messages in MSN order).
 pub fn decode_buffer_partition(raw: &[u8], location: &str) -> Result<Buffer> {
     decode_buffer(raw).map_err(|d| corruption(location, d))
 }
@@ -1834,6 +2078,7 @@ pub fn decode_basement_partition(raw: &[u8], location: &str) -> Result<Basement>
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::fractal::msg::key_hash;
 
     /// Partition `e` of the node block `enc`, verified and decompressed.
     fn stored_partition(enc: &[u8], e: &PartEntry, compressed: bool) -> Vec<u8> {
@@ -1946,7 +2191,7 @@ mod tests {
     }
 
     fn key_of(m: &Msg) -> &[u8] {
-        msg_key(m)
+        m.key_or_start()
     }
 
     #[test]
@@ -2102,6 +2347,129 @@ mod tests {
                 Err(EngineError::Corruption { .. })
             ));
         }
+    }
+
+    /// An internal node whose buffers hold many point messages (several per key for some keys,
+    /// all three kinds) and range messages.
+    fn big_internal() -> Internal {
+        let mut buffers = vec![Buffer::new(), Buffer::new(), Buffer::new()];
+        let mut msn = 0;
+        for i in 0..3000u32 {
+            let key = format!("k{:06}", i * 7 % 3001).into_bytes();
+            let child = usize::from(key.as_slice() >= b"k001000".as_slice())
+                + usize::from(key.as_slice() >= b"k002000".as_slice());
+            msn += 1;
+            let op = match i % 5 {
+                0 => PointOp::Delete,
+                1 => PointOp::Upsert(UpsertOp::Append(b"x".to_vec())),
+                _ => PointOp::Put(vec![b'v'; 40 + (i % 13) as usize]),
+            };
+            buffers[child].push(Msg::Point {
+                msn,
+                key: key.clone(),
+                op,
+            });
+            if i % 4 == 1 {
+                msn += 1;
+                buffers[child].push(Msg::Point {
+                    msn,
+                    key,
+                    op: PointOp::Upsert(UpsertOp::Add(3)),
+                });
+            }
+            if i == 1500 {
+                msn += 1;
+                buffers[1].push(Msg::Range(RangeMsg {
+                    msn,
+                    start: b"k001200".to_vec(),
+                    end: Some(b"k001300".to_vec()),
+                    op: RangeOp::Delete,
+                }));
+            }
+        }
+        Internal {
+            height: 1,
+            pivots: vec![b"k001000".to_vec(), b"k002000".to_vec()],
+            children: vec![4, 5, 6],
+            buffers,
+        }
+    }
+
+    /// Format 4: a point read through an uncached internal node decodes one frame of one
+    /// buffer, and gets exactly the messages the whole buffer holds for the key (with the
+    /// buffer's range messages from partition 0).
+    #[test]
+    fn framed_buffers_read_one_frame_per_key() {
+        let internal = big_internal();
+        let node = Node::Internal(internal.clone());
+        for level in [None, Some(1)] {
+            let enc = encode_node(3, &node, level).unwrap();
+            assert_eq!(decode_node(&enc, 3, "t").unwrap(), node);
+            let hlen = node_header_len(&enc[..NODE_FIXED_HEADER_BYTES], "t").unwrap();
+            let index = decode_node_index(&enc[..hlen], 3, "t").unwrap();
+            assert_eq!(index.version, 4);
+            let raw = stored_partition(&enc, &index.parts[0], index.compressed);
+            let info = decode_internal_info(&raw, 3, index.version, index.compressed, "t").unwrap();
+            let tables = info.tables.expect("format 4 has buffer tables");
+            assert_eq!(tables[1].ranges.len(), 1);
+            for (c, b) in internal.buffers.iter().enumerate() {
+                let t = &tables[c];
+                assert!(
+                    t.points.frames.len() > 8,
+                    "buffers are cut into frames of about 4 KiB"
+                );
+                let part = index.parts[c + 1];
+                let mut keys: Vec<Vec<u8>> = b.point_msgs().map(|(_, k, _)| k.to_vec()).collect();
+                keys.dedup();
+                for key in keys.iter().step_by(7) {
+                    let mut want = Vec::new();
+                    b.collect_for_key(key, key_hash(key), &mut want);
+                    want.retain(|m| matches!(m, Msg::Point { .. }));
+                    let fi = t.frame_for(key).unwrap();
+                    let f = &t.points.frames[fi];
+                    let at = part.offset as usize + f.offset as usize;
+                    let data = &enc[at..at + f.stored_len as usize];
+                    let got: Vec<Msg> = decode_buffer_frame(data, t, fi, "t")
+                        .unwrap()
+                        .into_iter()
+                        .filter(|m| m.key_or_start() == key.as_slice())
+                        .collect();
+                    assert_eq!(got, want, "key {key:?}");
+                }
+                // A flip inside a frame is caught by that frame's crc on a partial read.
+                let f = &t.points.frames[2];
+                let at = part.offset as usize + f.offset as usize;
+                let mut data = enc[at..at + f.stored_len as usize].to_vec();
+                data[3] ^= 0x20;
+                assert!(matches!(
+                    decode_buffer_frame(&data, t, 2, "t"),
+                    Err(EngineError::Corruption { .. })
+                ));
+            }
+            for i in (0..enc.len()).step_by(89) {
+                let mut bad = enc.clone();
+                bad[i] ^= 0x08;
+                assert!(decode_node(&bad, 3, "t").is_err(), "flip at {i} undetected");
+            }
+        }
+    }
+
+    /// Internal nodes written by format 3 (buffers in MSN order, one piece each) still decode,
+    /// whole and through partition 0.
+    #[test]
+    fn version_3_internal_nodes_still_decode() {
+        let node = Node::Internal(big_internal());
+        let enc = encode_node_as(8, &node, Some(1), 3).unwrap();
+        assert_eq!(decode_node(&enc, 8, "t").unwrap(), node);
+        let hlen = node_header_len(&enc[..NODE_FIXED_HEADER_BYTES], "t").unwrap();
+        let index = decode_node_index(&enc[..hlen], 8, "t").unwrap();
+        assert_eq!(index.version, 3);
+        let raw = stored_partition(&enc, &index.parts[0], index.compressed);
+        let info = decode_internal_info(&raw, 3, index.version, index.compressed, "t").unwrap();
+        assert!(info.tables.is_none());
+        let raw = stored_partition(&enc, &index.parts[2], index.compressed);
+        let Node::Internal(n) = &node else { unreachable!() };
+        assert_eq!(decode_buffer_partition(&raw, "t").unwrap(), n.buffers[1]);
     }
 
     /// Leaves written before format 3 (one piece per basement) still decode, whole and by

@@ -113,6 +113,14 @@ impl Msg {
         }
     }
 
+    /// The key of a point message, the start key of a range message.
+    pub fn key_or_start(&self) -> &[u8] {
+        match self {
+            Msg::Point { key, .. } => key,
+            Msg::Range(r) => &r.start,
+        }
+    }
+
     /// Bytes counted against node sizes.
     pub fn size_bytes(&self) -> usize {
         match self {

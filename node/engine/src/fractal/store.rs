@@ -27,11 +27,12 @@ use parking_lot::Mutex;
 use ftkv_vfs::VfsFile;
 
 use super::codec::{
-    decode_basement_frame, decode_basement_partition, decode_buffer_partition, decode_internal_info,
-    decode_leaf_info, decode_node, decode_node_index, decode_partition, decode_run_frames, decode_run_index,
-    decode_run_range, encode_btt, encode_header, encode_node, node_header_len, recycle_block_buf,
-    run_index_len, take_block_buf, BasementFrames, BlockLoc, BttImage, Header, InternalInfo, NodeIndex,
-    PartEntry, RunIndex, DATA_START, HEADER_SLOT_BYTES, NODE_FIXED_HEADER_BYTES, RUN_FIXED_HEADER_BYTES,
+    decode_basement_frame, decode_basement_partition, decode_buffer_frame, decode_buffer_partition,
+    decode_internal_info, decode_leaf_info, decode_node, decode_node_index, decode_partition,
+    decode_run_frames, decode_run_index, decode_run_range, encode_btt, encode_header, encode_node,
+    node_header_len, recycle_block_buf, run_index_len, take_block_buf, BasementFrames, BlockLoc, BttImage,
+    Header, InternalInfo, NodeIndex, PartEntry, RunIndex, DATA_START, HEADER_SLOT_BYTES,
+    NODE_FIXED_HEADER_BYTES, RUN_FIXED_HEADER_BYTES,
 };
 use super::msg::{Buffer, Msg, Msn};
 use super::node::{child_index, Basement, Node, NodeId};
@@ -104,8 +105,21 @@ struct PartialInternal {
     loc: BlockLoc,
     index: NodeIndex,
     info: InternalInfo,
+    /// Whole buffers by child (blocks before format 4).
     buffers: HashMap<usize, Buffer>,
+    /// Decoded buffer frames by (child, frame) (format 4): point messages in (key, MSN) order.
+    frames: HashMap<(usize, usize), Vec<Msg>>,
     bytes: usize,
+}
+
+/// What a point read needs from a partial internal node's buffer on the key's path.
+enum BufferNeed {
+    /// Nothing beyond partition 0 (the filter rules the key out, or no frame can hold it).
+    Nothing,
+    /// The whole buffer partition (before format 4).
+    Whole,
+    /// One frame of the buffer partition (format 4).
+    Frame(usize),
 }
 
 /// The tree file, its BTT and the node cache.
@@ -179,6 +193,18 @@ pub struct PartialReadStats {
     pub run_frames: u64,
     /// Spilled runs read whole (merges, compactions, integrity checks, full scans).
     pub run_whole_reads: u64,
+    /// Partition 0 (pivots, frame tables) of leaves that were not cached.
+    pub leaf_infos: u64,
+    /// Bytes read from disk for internal nodes' partition 0 (with their headers).
+    pub internal_info_bytes: u64,
+    /// Bytes read from disk for internal nodes' buffer partitions.
+    pub internal_buffer_bytes: u64,
+    /// Bytes read from disk for leaves' partition 0 (with their headers).
+    pub leaf_info_bytes: u64,
+    /// Bytes read from disk for single basement frames and whole basements.
+    pub basement_bytes: u64,
+    /// Bytes read from disk for spilled runs: frame indexes and frames (not whole reads).
+    pub run_bytes: u64,
 }
 
 /// Frame indexes of spilled runs, shared by readers under the engine's shared lock. Runs are
@@ -190,6 +216,7 @@ struct RunIndexCache {
     frame_reads: u64,
     frames: u64,
     whole_reads: u64,
+    read_bytes: u64,
 }
 
 /// The data partition of a node that holds `key` (child or basement `i` is partition `i + 1`).
@@ -345,6 +372,7 @@ impl Store {
             run_frame_reads: runs.frame_reads,
             run_frames: runs.frames,
             run_whole_reads: runs.whole_reads,
+            run_bytes: runs.read_bytes,
             leaf_reads_avoided: self.leaf_reads_avoided.load(Ordering::Relaxed),
             ..self.partial_stats
         }
@@ -543,6 +571,7 @@ impl Store {
             let mut runs = self.run_indexes.lock();
             runs.frame_reads += 1;
             runs.frames += frames.len() as u64;
+            runs.read_bytes += data.len() as u64;
         }
         decode_run_frames(&data, &index, frames, lo, hi, &location, &mut out)?;
         Ok(out)
@@ -564,6 +593,7 @@ impl Store {
         let index = Arc::new(decode_run_index(&head, u64::from(loc.size), id, location)?);
         let cap = self.budget_bytes / RUN_INDEX_CACHE_SHARE;
         let mut runs = self.run_indexes.lock();
+        runs.read_bytes += head.len() as u64;
         // Another reader may have cached it meanwhile: count each entry once.
         if let Some(old) = runs.map.insert(id, Arc::clone(&index)) {
             runs.bytes -= old.size_bytes();
@@ -693,6 +723,8 @@ impl Store {
             let p0 = index.parts[0];
             let raw = self.read_partition(id, &loc, &p0, index.compressed)?;
             let info = decode_leaf_info(&raw, index.parts.len() - 1, index.version, &location)?;
+            self.partial_stats.leaf_infos += 1;
+            self.partial_stats.leaf_info_bytes += u64::from(p0.len) + index.parts.len() as u64 * 16;
             let bytes = info.pivots.iter().map(|p| p.len() + 16).sum::<usize>()
                 + index.parts.len() * 16
                 + info
@@ -750,6 +782,7 @@ impl Store {
                 )?;
                 let b = decode_basement_frame(&data, bf, fi, p.index.compressed, &location)?;
                 self.partial_stats.frames += 1;
+                self.partial_stats.basement_bytes += data.len() as u64;
                 b
             }
             None => {
@@ -757,6 +790,7 @@ impl Store {
                 let raw = self.read_partition(id, &loc, &entry, compressed)?;
                 let b = decode_basement_partition(&raw, &location)?;
                 self.partial_stats.basements += 1;
+                self.partial_stats.basement_bytes += u64::from(entry.len);
                 b
             }
         };
@@ -803,9 +837,16 @@ impl Store {
             }
             let p0 = index.parts[0];
             let raw = self.read_partition(id, &loc, &p0, index.compressed)?;
-            let info = decode_internal_info(&raw, index.parts.len() - 1, &location)?;
+            let info = decode_internal_info(
+                &raw,
+                index.parts.len() - 1,
+                index.version,
+                index.compressed,
+                &location,
+            )?;
             self.partial_stats.internal_infos += 1;
-            let bytes = raw.len() + index.parts.len() * 16 + 64;
+            self.partial_stats.internal_info_bytes += u64::from(p0.len) + index.parts.len() as u64 * 16;
+            let bytes = raw.len() + info.tables_size_bytes() + index.parts.len() * 16 + 64;
             self.partial_bytes += bytes;
             self.partial_internal.insert(
                 id,
@@ -814,6 +855,7 @@ impl Store {
                     index,
                     info,
                     buffers: HashMap::new(),
+                    frames: HashMap::new(),
                     bytes,
                 },
             );
@@ -821,27 +863,61 @@ impl Store {
         if let Some(c) = self.partial_internal_probe(id, key, hash, out)? {
             return Ok(c);
         }
-        // The filter says the key may be in the buffer, and it has not been read yet.
-        let (i, entry, compressed) = match self.partial_internal.get(&id) {
-            Some(p) => {
-                let (i, entry) = data_partition(&p.index, &p.info.pivots, key, &location)?;
-                (i, entry, p.index.compressed)
-            }
-            None => {
-                return Err(EngineError::Corruption {
-                    location,
-                    detail: "partial node vanished".into(),
-                })
-            }
+        // The filter says the key may be in the buffer, and that piece has not been read yet.
+        let Some(p) = self.partial_internal.get(&id) else {
+            return Err(EngineError::Corruption {
+                location,
+                detail: "partial node vanished".into(),
+            });
         };
-        let raw = self.read_partition(id, &loc, &entry, compressed)?;
-        let buffer = decode_buffer_partition(&raw, &location)?;
+        let (i, entry) = data_partition(&p.index, &p.info.pivots, key, &location)?;
+        let frame = match p.info.tables.as_ref().and_then(|t| t.get(i)) {
+            Some(t) => match t.frame_for(key) {
+                Some(fi) => {
+                    let f = t.points.frames.get(fi).ok_or_else(|| EngineError::Corruption {
+                        location: location.clone(),
+                        detail: format!("buffer {i} has no frame {fi}"),
+                    })?;
+                    if f.offset + u64::from(f.stored_len) > u64::from(entry.len) {
+                        return Err(EngineError::Corruption {
+                            location,
+                            detail: format!("frame {fi} of buffer {i} beyond its partition"),
+                        });
+                    }
+                    let data = self.read_span(
+                        id,
+                        &loc,
+                        u64::from(entry.offset) + f.offset,
+                        u64::from(f.stored_len),
+                    )?;
+                    let msgs = decode_buffer_frame(&data, t, fi, &location)?;
+                    self.partial_stats.internal_buffer_bytes += data.len() as u64;
+                    Some((fi, msgs))
+                }
+                None => None,
+            },
+            None => None,
+        };
+        let compressed = p.index.compressed;
+        let framed = p.info.tables.is_some();
         self.partial_stats.internal_buffers += 1;
-        let size = buffer.bytes() + 64;
-        if let Some(p) = self.partial_internal.get_mut(&id) {
-            p.bytes += size;
-            p.buffers.insert(i, buffer);
-            self.partial_bytes += size;
+        if let Some((fi, msgs)) = frame {
+            let size = msgs.iter().map(Msg::size_bytes).sum::<usize>() + 64;
+            if let Some(p) = self.partial_internal.get_mut(&id) {
+                p.bytes += size;
+                p.frames.insert((i, fi), msgs);
+                self.partial_bytes += size;
+            }
+        } else if !framed {
+            let raw = self.read_partition(id, &loc, &entry, compressed)?;
+            let buffer = decode_buffer_partition(&raw, &location)?;
+            self.partial_stats.internal_buffer_bytes += u64::from(entry.len);
+            let size = buffer.bytes() + 64;
+            if let Some(p) = self.partial_internal.get_mut(&id) {
+                p.bytes += size;
+                p.buffers.insert(i, buffer);
+                self.partial_bytes += size;
+            }
         }
         let child = self.partial_internal_probe(id, key, hash, out)?;
         self.trim_partial(id);
@@ -870,15 +946,42 @@ impl Store {
         let (Some(&child), Some(f)) = (p.info.children.get(i), p.info.filters.get(i)) else {
             return Ok(None);
         };
-        let need_buffer = f.has_ranges || f.keys.may_contain(hash);
-        if need_buffer && !p.buffers.contains_key(&i) {
+        let table = p.info.tables.as_ref().and_then(|t| t.get(i));
+        let need = match table {
+            Some(t) if f.keys.may_contain(hash) => {
+                t.frame_for(key).map_or(BufferNeed::Nothing, BufferNeed::Frame)
+            }
+            Some(_) => BufferNeed::Nothing,
+            None if f.has_ranges || f.keys.may_contain(hash) => BufferNeed::Whole,
+            None => BufferNeed::Nothing,
+        };
+        let missing = match need {
+            BufferNeed::Nothing => false,
+            BufferNeed::Whole => !p.buffers.contains_key(&i),
+            BufferNeed::Frame(fi) => !p.frames.contains_key(&(i, fi)),
+        };
+        if missing {
             return Ok(None);
         }
         for r in f.runs.iter().filter(|r| r.may_hold(key, hash)) {
             self.run_msgs_for_key(r.id, key, out)?;
         }
-        if let Some(b) = p.buffers.get(&i).filter(|_| need_buffer) {
-            b.collect_for_key(key, hash, out);
+        if let Some(t) = table {
+            out.extend(t.ranges.iter().filter(|r| r.covers(key)).cloned().map(Msg::Range));
+        }
+        match need {
+            BufferNeed::Nothing => {}
+            BufferNeed::Whole => {
+                if let Some(b) = p.buffers.get(&i) {
+                    b.collect_for_key(key, hash, out);
+                }
+            }
+            BufferNeed::Frame(fi) => {
+                if let Some(msgs) = p.frames.get(&(i, fi)) {
+                    let at = msgs.partition_point(|m| m.key_or_start() < key);
+                    out.extend(msgs[at..].iter().take_while(|m| m.key_or_start() == key).cloned());
+                }
+            }
         }
         Ok(Some(child))
     }
@@ -912,26 +1015,58 @@ impl Store {
         decode_node_index(&header, id, &location)
     }
 
-    /// Keeps the partial-read side cache under a quarter of the budget.
+    /// The partial-read side cache's share of the budget: a quarter, or whatever the node
+    /// cache and the background share leave free if that is more (a read-only phase after a
+    /// load keeps few nodes cached whole; [`Store::evict_to_budget`] takes the room back).
+    fn partial_cap_bytes(&self) -> usize {
+        let others = self.cached_bytes + self.reserved_bytes.max(self.background_share_bytes);
+        (self.budget_bytes / 4).max(self.budget_bytes.saturating_sub(others))
+    }
+
+    /// Keeps the partial-read side cache under its share ([`Store::partial_cap_bytes`]).
     fn trim_partial(&mut self, keep: NodeId) {
-        let cap = self.budget_bytes / 4;
-        if self.partial_bytes > cap {
-            // Decoded frames and basements go first (one per lookup, rarely read twice); a leaf's
-            // partition 0 (pivots and frame tables) serves every later lookup in that leaf.
-            for (id, p) in self.partial.iter_mut() {
-                if self.partial_bytes <= cap / 4 * 3 {
-                    break;
-                }
-                if *id == keep {
-                    continue;
-                }
-                let freed: usize = p.basements.drain().map(|(_, b)| b.size_bytes()).sum();
-                p.bytes -= freed;
-                self.partial_bytes -= freed;
-            }
+        let cap = self.partial_cap_bytes();
+        self.trim_partial_to(cap, keep);
+    }
+
+    /// Trims the side cache to `cap` bytes, cheapest-to-lose first: decoded basement frames
+    /// (one per lookup, rarely read twice), then decoded internal buffers (read when a key
+    /// filter lets a key through), then leaves' partition 0 (pivots and frame tables: one per
+    /// leaf, serving every later lookup in it), and internal nodes' partition 0 (pivots and
+    /// key filters, serving every lookup below them) last. Goes down to three quarters of
+    /// `cap` once it starts, so trimming is not paid on every lookup.
+    fn trim_partial_to(&mut self, cap: usize, keep: NodeId) {
+        if self.partial_bytes <= cap {
+            return;
         }
-        while self.partial_bytes > cap {
-            // Then whole leaf pieces; internal pieces serve many lookups and go last.
+        let target = cap / 4 * 3;
+        for (id, p) in self.partial.iter_mut() {
+            if self.partial_bytes <= target {
+                return;
+            }
+            if *id == keep {
+                continue;
+            }
+            let freed: usize = p.basements.drain().map(|(_, b)| b.size_bytes()).sum();
+            p.bytes -= freed;
+            self.partial_bytes -= freed;
+        }
+        for (id, p) in self.partial_internal.iter_mut() {
+            if self.partial_bytes <= target {
+                return;
+            }
+            if *id == keep {
+                continue;
+            }
+            let freed: usize = p.buffers.drain().map(|(_, b)| b.bytes() + 64).sum::<usize>()
+                + p.frames
+                    .drain()
+                    .map(|(_, m)| m.iter().map(Msg::size_bytes).sum::<usize>() + 64)
+                    .sum::<usize>();
+            p.bytes -= freed;
+            self.partial_bytes -= freed;
+        }
+        while self.partial_bytes > target {
             if let Some(victim) = self.partial.keys().copied().find(|k| *k != keep) {
                 if let Some(p) = self.partial.remove(&victim) {
                     self.partial_bytes -= p.bytes;
@@ -1056,6 +1191,10 @@ impl Store {
     /// fits its budget. `pinned` (the root) is never evicted.
     pub fn evict_to_budget(&mut self, pinned: NodeId) -> Result<()> {
         let mut steps = 0usize;
+        // The side cache of partial reads gives back what it borrowed beyond its quarter first.
+        if self.memory_bytes() > self.budget_bytes {
+            self.trim_partial_to(self.budget_bytes / 4, pinned);
+        }
         let budget = self
             .budget_bytes
             .saturating_sub(self.partial_bytes + self.reserved_bytes.max(self.background_share_bytes));
