@@ -66,8 +66,7 @@
 //!
 //! # Example
 //! ```
-//! use ftkv_embedded::{Db, EmbeddedOptions};
-//! use ftkv_engine::{UpsertOp, WriteOp};
+//! use ftkv_embedded::{Db, EmbeddedOptions, UpsertOp, WriteOp};
 //!
 //! let dir = tempfile::tempdir()?;
 //! let db = Db::open_real(dir.path(), EmbeddedOptions::default())?;

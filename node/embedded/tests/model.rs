@@ -143,3 +143,35 @@ fn model_engine_never_purges_its_log() {
     assert_eq!(db.stats().replayed_records, 20);
     assert_eq!(db.scan(b"", None, 100).unwrap().len(), 20);
 }
+
+#[test]
+fn sled_engine_replays_and_checkpoints_on_real_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = ftkv_embedded::EmbeddedOptions {
+        engine: EngineKind::Sled,
+        cache_size_bytes: 8 << 20,
+        checkpoint_interval_bytes: None,
+        checkpoint_interval_ms: None,
+        ..ftkv_embedded::EmbeddedOptions::default()
+    };
+    let mut rng = common::Rng(11);
+    let mut model = Model::new();
+    let db = ftkv_embedded::Db::open_real(dir.path(), opts.clone()).unwrap();
+    assert_eq!(db.engine_kind(), EngineKind::Sled);
+    for i in 1..=40u64 {
+        let ops = common::random_batch(&mut rng, 32, 4, i);
+        assert_eq!(db.write(&ops).unwrap(), i);
+        apply_ops(&mut model, &ops);
+        if i == 20 {
+            assert_eq!(db.checkpoint().unwrap(), 20);
+        }
+    }
+    drop(db); // no final checkpoint
+    let db = ftkv_embedded::Db::open_real(dir.path(), opts.clone()).unwrap();
+    assert_eq!(db.last_lsn(), 40);
+    assert_same(&dump(&db), &model, "sled after reopen");
+    db.close().unwrap();
+    let db = ftkv_embedded::Db::open_real(dir.path(), opts).unwrap();
+    assert_eq!(db.stats().replayed_records, 0);
+    assert_same(&dump(&db), &model, "sled after close");
+}
