@@ -61,7 +61,8 @@
 //! it began, so the log stays bounded. A background thread checkpoints automatically after
 //! [`EmbeddedOptions::checkpoint_interval_bytes`] of log payload (signalled by `write`) and
 //! every [`EmbeddedOptions::checkpoint_interval_ms`] (TokuDB `tokudb_checkpointing_period`,
-//! default 60 s). With [`EngineKind::Model`] (in memory, nothing survives a restart) the log is
+//! default 60 s); if it falls [`CHECKPOINT_STALL_FACTOR`] intervals behind, writers wait for a
+//! checkpoint (back-pressure). With [`EngineKind::Model`] (in memory, nothing survives a restart) the log is
 //! never purged: a reopen replays all of it.
 //!
 //! # Example
@@ -116,6 +117,12 @@ pub type Lsn = u64;
 pub const ENGINE_DIR_NAME: &str = "engine";
 /// Name of the log's subdirectory inside the database directory.
 pub const LOG_DIR_NAME: &str = "log";
+
+/// A writer that finds this many times `checkpoint_interval_bytes` of log written since the
+/// last checkpoint began waits for (or takes) a checkpoint itself: the log stays bounded even
+/// when the background checkpointer falls behind (RocksDB's `max_total_wal_size` forcing a
+/// flush).
+pub const CHECKPOINT_STALL_FACTOR: u64 = 4;
 
 /// Payload bytes read from the log per step of the replay (bounds replay memory).
 const REPLAY_READ_BYTES: usize = 8 << 20;
@@ -189,7 +196,10 @@ pub struct EmbeddedOptions {
     /// Log options: segment size and [`SyncMode`] (passed through to [`Log::open`]).
     pub log: LogOptions,
     /// Checkpoint once this many bytes of log payload were written since the last checkpoint
-    /// (signalled by [`Db::write`], run by the background thread). `None` disables the trigger;
+    /// began (signalled by [`Db::write`], run by the background thread). If the log reaches
+    /// [`CHECKPOINT_STALL_FACTOR`] times this, the writer that crosses it waits for (or runs) a
+    /// checkpoint before its `write` returns (back-pressure), so the log holds at most about
+    /// twice that much. `None` disables both (the log then grows until [`Db::checkpoint`]);
     /// `Some(0)` is invalid.
     pub checkpoint_interval_bytes: Option<u64>,
     /// Checkpoint this often, in milliseconds, when anything was written since the last one.
@@ -363,6 +373,21 @@ impl Shared {
     /// it is in the checkpoint, since the engine snapshots its state at the begin or later).
     fn checkpoint(&self) -> Result<Lsn> {
         let _serial = self.checkpoint_lock.lock();
+        self.checkpoint_locked()
+    }
+
+    /// Back-pressure: when `hard_bytes` of log were written since the last checkpoint began,
+    /// waits for a running checkpoint, and takes one if the log is still that far behind.
+    fn stall_for_checkpoint(&self, hard_bytes: u64) -> Result<()> {
+        let _serial = self.checkpoint_lock.lock();
+        if self.bytes_since_checkpoint.load(Ordering::Relaxed) < hard_bytes {
+            return Ok(()); // the checkpoint just waited for covered it
+        }
+        self.checkpoint_locked().map(|_| ())
+    }
+
+    /// [`Shared::checkpoint`] with `checkpoint_lock` held.
+    fn checkpoint_locked(&self) -> Result<Lsn> {
         let upto = {
             let w = self.writer.lock();
             self.check_poison()?;
@@ -566,6 +591,12 @@ impl Db {
                 + payload_len;
             if total >= limit && total - payload_len < limit {
                 sh.request_checkpoint();
+            }
+            let hard = limit.saturating_mul(CHECKPOINT_STALL_FACTOR);
+            if total >= hard && sh.durable_engine {
+                // This batch is durable whatever happens here: a failed checkpoint poisons the
+                // database and the next call reports it.
+                let _ = sh.stall_for_checkpoint(hard);
             }
         }
         Ok(lsn)

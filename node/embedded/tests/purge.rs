@@ -83,12 +83,14 @@ fn the_bytes_trigger_checkpoints_and_purges_in_the_background() {
         apply_ops(&mut model, &ops);
         max_segments = max_segments.max(db.stats().log.segments);
     }
-    // ~220 KiB of log (about 55 segments of 4 KiB) with an 8 KiB trigger: the checkpointer ran
-    // without being asked, and the log stayed a fraction of what was written.
+    // ~220 KiB of log (about 55 segments of 4 KiB) with an 8 KiB trigger: checkpoints ran
+    // without being asked, and the log stayed bounded however far the background checkpointer
+    // lagged: a writer 4 triggers (32 KiB) behind takes a checkpoint itself, so the log holds
+    // at most about 64 KiB (16 segments, plus the active ones).
     let s = db.stats();
     assert!(s.checkpoints >= 5, "{s:?}");
     assert!(
-        max_segments <= 20,
+        max_segments <= 24,
         "log not bounded: {max_segments} segments at most; {s:?}"
     );
     // Everything written after the last checkpoint began crossed the trigger again: one more
@@ -111,7 +113,9 @@ fn the_timer_checkpoints_and_purges() {
     for lsn in 1..=5u64 {
         db.write(&put(lsn)).unwrap();
     }
-    wait_for("a timed checkpoint", || db.stats().log_purged_up_to == Some(5));
-    assert!(db.stats().checkpoints >= 1);
-    assert_eq!(db.stats().checkpointed_lsn, 5);
+    // The counters are updated just after the purge: wait for all of it.
+    wait_for("a timed checkpoint", || {
+        let s = db.stats();
+        s.log_purged_up_to == Some(5) && s.checkpointed_lsn == 5 && s.checkpoints >= 1
+    });
 }
