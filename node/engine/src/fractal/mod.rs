@@ -46,8 +46,9 @@
 //! flushes it itself.
 //!
 //! Not yet built (see issue 3): background flushing of internal buffers (flushes between
-//! internal nodes run on the writer), hole punching of freed blocks (they are reused and the
-//! file tail is cut), and the log replay of embedded mode (the node replays its Raft log).
+//! internal nodes run on the writer) and hole punching of freed blocks (they are reused and the
+//! file tail is cut). Write-ahead logging is outside the engine: a node replays its Raft log,
+//! and embedded mode (crate `ftkv-embedded`) replays its own instance of the log.
 
 //! Concurrency: a read-write lock guards the tree. Reads whose nodes are all cached run
 //! concurrently under the shared lock (CLOCK counts are atomics); a read that misses retries
