@@ -466,7 +466,7 @@ fn decode_buffer(raw: &[u8]) -> Result<Buffer, Detail> {
 
 /// Uncompressed bytes per frame of a run (format 3): a point lookup reads and decompresses one
 /// frame, not the whole run.
-pub const RUN_FRAME_RAW_BYTES: usize = 16 << 10;
+pub const RUN_FRAME_RAW_BYTES: usize = 4 << 10;
 
 /// Fixed header bytes of a format-3 run block.
 pub const RUN_FIXED_HEADER_BYTES: usize = 40;

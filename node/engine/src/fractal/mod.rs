@@ -27,7 +27,7 @@
 //! they add up to a node (16 small runs first merge into one), so a leaf is rewritten once per
 //! node's worth of messages instead of once per sixteenth (SplinterDB's size-tiered Bε-tree,
 //! Conway et al., USENIX ATC 2020). Under cache pressure internal nodes below the root gorge at a
-//! quarter node, so they stay cached. Runs are cut into ~16 KiB compressed frames behind a
+//! quarter node, so they stay cached. Runs are cut into frames of ~4 KiB (raw), compressed one by one, behind a
 //! fence-key index, so a lookup whose key a run's filter accepts decompresses one frame.
 //!
 //! Sequential inserts: a point message beyond the last key of the rightmost leaf (or before the
