@@ -559,6 +559,54 @@ fn point_reads_beyond_the_cache_read_single_partitions() {
     assert!(st.internal_buffers < 30_000, "{st:?}");
 }
 
+/// Partial eviction: a clean leaf the cache evicts keeps its skeleton (partition table, basement
+/// pivots and frame tables) in memory, so a later point read of it reads one basement frame and
+/// never its header and partition 0 again. Reads equal the model.
+#[test]
+fn evicted_leaves_keep_their_skeleton_for_point_reads() {
+    let params = TreeParams {
+        node_size_bytes: 64 << 10,
+        basement_size_bytes: 4 << 10,
+        fanout: 8,
+    };
+    let vfs = FaultVfs::new(21);
+    // 2 MiB of cache for about 10 MiB of rows: most leaves are written and evicted on the way.
+    let e = open_on(&vfs, params, 2 << 20);
+    let mut model = BTreeMap::new();
+    let mut x: u64 = 99;
+    for round in 0..20u64 {
+        let ops: Vec<WriteOp> = (0..4000u64)
+            .map(|i| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                WriteOp::Put {
+                    key: key((x >> 33) % 80_000),
+                    value: format!("{round}-{i}-{}", "v".repeat(100)).into_bytes(),
+                }
+            })
+            .collect();
+        e.write(&ops, None).unwrap();
+        apply_ops(&mut model, &ops);
+    }
+    e.checkpoint().unwrap();
+    let report = e.check_integrity().unwrap();
+    assert!(report.blocks > 100, "{report:?}");
+    let before = e.partial_read_stats();
+    for (k, v) in model.iter().step_by(3) {
+        assert_eq!(e.get(k).unwrap().as_ref(), Some(v));
+    }
+    assert_eq!(e.get(&key(80_001)).unwrap(), None);
+    let st = e.partial_read_stats();
+    let frames = st.frames - before.frames;
+    let leaf_infos = st.leaf_infos - before.leaf_infos;
+    // Thousands of lookups read single frames of uncached leaves...
+    assert!(frames > 1000, "{st:?}");
+    // ...without reading those leaves' partition 0: their skeletons stayed when they left
+    // the cache (without partial eviction this is one per uncached leaf, over 100 here).
+    assert!(leaf_infos < 10, "{leaf_infos} partition-0 reads; {st:?}");
+}
+
 /// With a cache far smaller than the tree, gorged buffers whose child is not cached spill to
 /// runs on disk instead of reading the child; runs merge into the child later. Point reads,
 /// scans, integrity checks and a reopen see exactly the model, including upserts and deletes

@@ -23,7 +23,8 @@ pub const HEADER_BYTES: usize = 64;
 
 const HEADER_MAGIC: &[u8; 8] = b"FTKVHDR\0";
 const BTT_MAGIC: &[u8; 8] = b"FTKVBTT\0";
-const NODE_MAGIC: &[u8; 8] = b"FTKVNODE";
+/// Magic at the start of every node block.
+pub const NODE_MAGIC: &[u8; 8] = b"FTKVNODE";
 const RUN_MAGIC: &[u8; 8] = b"FTKVRUN\0";
 /// Bytes of a run block's header.
 const RUN_HEADER_BYTES: usize = 36;
@@ -808,9 +809,17 @@ fn decode_msg_frames(
             let msn = p.u64()?;
             let tag = p.u8()?;
             let key = p.slice()?;
+            if j == 0 && i > 0 && prev.as_ref().is_some_and(|(pk, _)| pk.as_slice() == key) {
+                // A lookup reads the one frame whose first key is at or below its key.
+                return Err(format!(
+                    "key straddles frames {} and {}",
+                    frames.start + i - 1,
+                    frames.start + i
+                ));
+            }
             if j == 0 && index.version >= 3 && key != f.first_key.as_slice() {
                 return Err(format!(
-                    "run frame {} starts at another key than its index",
+                    "frame {} starts at another key than its index",
                     frames.start + i
                 ));
             }
@@ -1021,6 +1030,10 @@ pub fn encode_node(id: NodeId, node: &Node, level: Option<i32>) -> Result<Vec<u8
 
 /// [`encode_node`] as format `version` wrote it (3 or 4; tests write old blocks with it).
 pub(crate) fn encode_node_as(id: NodeId, node: &Node, level: Option<i32>, version: u32) -> Result<Vec<u8>> {
+    debug_assert!(
+        matches!(version, 3 | 4),
+        "encode_node_as writes formats 3 and 4 only"
+    );
     let mut info = W::default();
     let mut parts: Vec<Vec<u8>> = Vec::new();
     let (kind, height) = match node {
@@ -1237,7 +1250,7 @@ fn read_buffer_tables(
 /// Rebuilds a format-4 buffer from its table and its partition's stored bytes `data`.
 fn decode_framed_buffer(data: &[u8], raw_len: usize, t: &BufferTable) -> Result<Buffer, Detail> {
     t.check_partition(data.len(), raw_len)?;
-    let mut msgs = Vec::with_capacity(t.points.msgs as usize + t.ranges.len());
+    let mut msgs = Vec::with_capacity((t.points.msgs as usize).min(1 << 16) + t.ranges.len());
     decode_msg_frames(data, &t.points, 0..t.points.frames.len(), &[], None, &mut msgs)?;
     if msgs.len() != t.points.msgs as usize {
         return Err(format!(
@@ -2032,6 +2045,35 @@ pub struct LeafInfo {
     pub pivots: Vec<Vec<u8>>,
     /// Frame tables, one per basement (`None` before format 3: a basement is read whole).
     pub frames: Option<Vec<BasementFrames>>,
+}
+
+/// The skeleton of a leaf block (its partition table and partition 0: basement pivots and frame
+/// tables), parsed from the whole encoded block `block` of node `id`; `Ok(None)` for an internal
+/// node or a leaf before format 3 (whose basements are not framed). Checks the header and
+/// partition 0 crcs.
+pub fn decode_leaf_skeleton(
+    block: &[u8],
+    id: NodeId,
+    location: &str,
+) -> Result<Option<(NodeIndex, LeafInfo)>> {
+    let fixed = block
+        .get(..NODE_FIXED_HEADER_BYTES)
+        .ok_or_else(|| corruption(location, "block shorter than a node header"))?;
+    let header_len = node_header_len(fixed, location)?;
+    let header = block
+        .get(..header_len)
+        .ok_or_else(|| corruption(location, "truncated node header"))?;
+    let index = decode_node_index(header, id, location)?;
+    if index.height != 0 || index.version < 3 || index.parts.len() < 2 {
+        return Ok(None);
+    }
+    let p0 = index.parts[0];
+    let data = block
+        .get(p0.offset as usize..(p0.offset as usize).saturating_add(p0.len as usize))
+        .ok_or_else(|| corruption(location, "partition 0 out of bounds"))?;
+    let raw = decode_partition(data, &p0, index.compressed, location)?;
+    let info = decode_leaf_info(&raw, index.parts.len() - 1, index.version, location)?;
+    Ok(Some((index, info)))
 }
 
 /// Decodes a leaf's partition 0 (`basements` data partitions, block format `version`).

@@ -45,6 +45,15 @@
 //! flush cannot start yet keeps spilling runs, up to two nodes' worth, before the writer
 //! flushes it itself.
 //!
+//! Reads beyond the cache: a point read through a node that is not cached reads pieces, not
+//! the node: the header and partition 0 (pivots, key filters, frame tables; kept in a side
+//! cache of partial reads), then one ~4 KiB frame of the buffer or basement on the key's path.
+//! Partial eviction (PerconaFT evicts a clean leaf's basements but keeps the node): whenever a
+//! leaf block is written or read whole, its skeleton (partition table, pivots, frame tables)
+//! goes to that side cache, so when the cache evicts the clean leaf its basements leave memory
+//! and a later lookup reads one frame. The side cache holds a quarter of the budget, or what
+//! the node cache leaves free; it gives decoded frames back first and skeletons last.
+//!
 //! Not yet built (see issue 3): background flushing of internal buffers (flushes between
 //! internal nodes run on the writer) and hole punching of freed blocks (they are reused and the
 //! file tail is cut). Write-ahead logging is outside the engine: a node replays its Raft log,

@@ -28,11 +28,11 @@ use ftkv_vfs::VfsFile;
 
 use super::codec::{
     decode_basement_frame, decode_basement_partition, decode_buffer_frame, decode_buffer_partition,
-    decode_internal_info, decode_leaf_info, decode_node, decode_node_index, decode_partition,
-    decode_run_frames, decode_run_index, decode_run_range, encode_btt, encode_header, encode_node,
-    node_header_len, recycle_block_buf, run_index_len, take_block_buf, BasementFrames, BlockLoc, BttImage,
-    Header, InternalInfo, NodeIndex, PartEntry, RunIndex, DATA_START, HEADER_SLOT_BYTES,
-    NODE_FIXED_HEADER_BYTES, RUN_FIXED_HEADER_BYTES,
+    decode_internal_info, decode_leaf_info, decode_leaf_skeleton, decode_node, decode_node_index,
+    decode_partition, decode_run_frames, decode_run_index, decode_run_range, encode_btt, encode_header,
+    encode_node, node_header_len, recycle_block_buf, run_index_len, take_block_buf, BasementFrames, BlockLoc,
+    BttImage, Header, InternalInfo, LeafInfo, NodeIndex, PartEntry, RunIndex, DATA_START, HEADER_SLOT_BYTES,
+    NODE_FIXED_HEADER_BYTES, NODE_MAGIC, RUN_FIXED_HEADER_BYTES,
 };
 use super::msg::{Buffer, Msg, Msn};
 use super::node::{child_index, Basement, Node, NodeId};
@@ -110,6 +110,29 @@ struct PartialInternal {
     /// Decoded buffer frames by (child, frame) (format 4): point messages in (key, MSN) order.
     frames: HashMap<(usize, usize), Vec<Msg>>,
     bytes: usize,
+}
+
+/// A leaf block's partition table and partition 0 (pivots, frame tables), parsed when the
+/// block is written or read whole: when the cache evicts the (clean) leaf, this stays in the
+/// side cache of partial reads, so the leaf's basements leave memory but a later point read
+/// reads one frame, not the header and partition 0 first (PerconaFT's partial eviction keeps
+/// an evicted leaf's pivots in memory likewise).
+pub struct LeafSkeleton {
+    index: NodeIndex,
+    info: LeafInfo,
+}
+
+/// Parses the skeleton of the encoded block `enc` of node `id` (`None` for internal nodes and
+/// leaves before format 3). The block was just encoded or verified, so a parse failure is a
+/// bug; it is reported in debug builds and costs only the skeleton otherwise.
+fn leaf_skeleton(enc: &[u8], id: NodeId) -> Option<LeafSkeleton> {
+    match decode_leaf_skeleton(enc, id, "encoded leaf") {
+        Ok(sk) => sk.map(|(index, info)| LeafSkeleton { index, info }),
+        Err(e) => {
+            debug_assert!(false, "skeleton of node {id}: {e}");
+            None
+        }
+    }
 }
 
 /// What a point read needs from a partial internal node's buffer on the key's path.
@@ -497,10 +520,16 @@ impl Store {
                 source,
             });
         }
+        let sk = if enc.starts_with(NODE_MAGIC) {
+            leaf_skeleton(&enc, id)
+        } else {
+            None
+        };
         recycle_block_buf(enc);
         if let Some(old) = self.btt.insert(id, loc) {
             self.release(old);
         }
+        self.keep_skeleton(id, loc, sk);
         Ok(())
     }
 
@@ -632,8 +661,10 @@ impl Store {
     /// The node `id`, loaded from disk if not cached.
     pub fn get(&mut self, id: NodeId) -> Result<&Node> {
         if !self.cache.contains_key(&id) {
-            let node = self.read_node(id)?;
+            let block = self.detached(id)?;
+            let (node, sk) = block.read_node_and_skeleton()?;
             self.insert(id, node, false, 1);
+            self.keep_skeleton(id, block.loc, sk);
         }
         match self.cache.get_mut(&id) {
             Some(e) => {
@@ -725,26 +756,7 @@ impl Store {
             let info = decode_leaf_info(&raw, index.parts.len() - 1, index.version, &location)?;
             self.partial_stats.leaf_infos += 1;
             self.partial_stats.leaf_info_bytes += u64::from(p0.len) + index.parts.len() as u64 * 16;
-            let bytes = info.pivots.iter().map(|p| p.len() + 16).sum::<usize>()
-                + index.parts.len() * 16
-                + info
-                    .frames
-                    .iter()
-                    .flatten()
-                    .map(BasementFrames::size_bytes)
-                    .sum::<usize>();
-            self.partial_bytes += bytes;
-            self.partial.insert(
-                id,
-                PartialLeaf {
-                    loc,
-                    index,
-                    pivots: info.pivots,
-                    frames: info.frames,
-                    basements: HashMap::new(),
-                    bytes,
-                },
-            );
+            self.insert_partial_leaf(id, loc, LeafSkeleton { index, info });
         }
         let Some(p) = self.partial.get(&id) else {
             return Err(EngineError::Corruption {
@@ -803,6 +815,44 @@ impl Store {
         }
         self.trim_partial(id);
         Ok(result)
+    }
+
+    /// Puts leaf `id`'s skeleton for its block at `loc` into the side cache of partial reads,
+    /// replacing what it held for `id`.
+    fn insert_partial_leaf(&mut self, id: NodeId, loc: BlockLoc, sk: LeafSkeleton) {
+        let LeafSkeleton { index, info } = sk;
+        let bytes = info.pivots.iter().map(|p| p.len() + 16).sum::<usize>()
+            + index.parts.len() * 16
+            + info
+                .frames
+                .iter()
+                .flatten()
+                .map(BasementFrames::size_bytes)
+                .sum::<usize>();
+        if let Some(old) = self.partial.remove(&id) {
+            self.partial_bytes -= old.bytes;
+        }
+        self.partial_bytes += bytes;
+        self.partial.insert(
+            id,
+            PartialLeaf {
+                loc,
+                index,
+                pivots: info.pivots,
+                frames: info.frames,
+                basements: HashMap::new(),
+                bytes,
+            },
+        );
+    }
+
+    /// Keeps the skeleton of leaf `id`, whose block now is `loc` (just written or read whole):
+    /// partial eviction, see [`LeafSkeleton`].
+    fn keep_skeleton(&mut self, id: NodeId, loc: BlockLoc, sk: Option<LeafSkeleton>) {
+        if let Some(sk) = sk {
+            self.insert_partial_leaf(id, loc, sk);
+            self.trim_partial(id);
+        }
     }
 
     /// For a point read of `key` (hash `hash`) through internal node `id` without loading it
@@ -905,7 +955,8 @@ impl Store {
             let size = msgs.iter().map(Msg::size_bytes).sum::<usize>() + 64;
             if let Some(p) = self.partial_internal.get_mut(&id) {
                 p.bytes += size;
-                p.frames.insert((i, fi), msgs);
+                let old = p.frames.insert((i, fi), msgs);
+                debug_assert!(old.is_none(), "frame read twice into the side cache");
                 self.partial_bytes += size;
             }
         } else if !framed {
@@ -1026,20 +1077,20 @@ impl Store {
     /// Keeps the partial-read side cache under its share ([`Store::partial_cap_bytes`]).
     fn trim_partial(&mut self, keep: NodeId) {
         let cap = self.partial_cap_bytes();
-        self.trim_partial_to(cap, keep);
+        self.trim_partial_to(cap, keep, true);
     }
 
     /// Trims the side cache to `cap` bytes, cheapest-to-lose first: decoded basement frames
     /// (one per lookup, rarely read twice), then decoded internal buffers (read when a key
     /// filter lets a key through), then leaves' partition 0 (pivots and frame tables: one per
     /// leaf, serving every later lookup in it), and internal nodes' partition 0 (pivots and
-    /// key filters, serving every lookup below them) last. Goes down to three quarters of
-    /// `cap` once it starts, so trimming is not paid on every lookup.
-    fn trim_partial_to(&mut self, cap: usize, keep: NodeId) {
+    /// key filters, serving every lookup below them) last. With `margin`, goes down to three
+    /// quarters of `cap` once it starts, so trimming is not paid on every lookup.
+    fn trim_partial_to(&mut self, cap: usize, keep: NodeId, margin: bool) {
         if self.partial_bytes <= cap {
             return;
         }
-        let target = cap / 4 * 3;
+        let target = if margin { cap / 4 * 3 } else { cap };
         for (id, p) in self.partial.iter_mut() {
             if self.partial_bytes <= target {
                 return;
@@ -1066,16 +1117,25 @@ impl Store {
             p.bytes -= freed;
             self.partial_bytes -= freed;
         }
-        while self.partial_bytes > target {
-            if let Some(victim) = self.partial.keys().copied().find(|k| *k != keep) {
-                if let Some(p) = self.partial.remove(&victim) {
-                    self.partial_bytes -= p.bytes;
-                }
-                continue;
+        let leaves: Vec<NodeId> = self.partial.keys().copied().filter(|k| *k != keep).collect();
+        for victim in leaves {
+            if self.partial_bytes <= target {
+                return;
             }
-            let Some(victim) = self.partial_internal.keys().copied().find(|k| *k != keep) else {
-                break;
-            };
+            if let Some(p) = self.partial.remove(&victim) {
+                self.partial_bytes -= p.bytes;
+            }
+        }
+        let internals: Vec<NodeId> = self
+            .partial_internal
+            .keys()
+            .copied()
+            .filter(|k| *k != keep)
+            .collect();
+        for victim in internals {
+            if self.partial_bytes <= target {
+                return;
+            }
             if let Some(p) = self.partial_internal.remove(&victim) {
                 self.partial_bytes -= p.bytes;
             }
@@ -1191,9 +1251,12 @@ impl Store {
     /// fits its budget. `pinned` (the root) is never evicted.
     pub fn evict_to_budget(&mut self, pinned: NodeId) -> Result<()> {
         let mut steps = 0usize;
-        // The side cache of partial reads gives back what it borrowed beyond its quarter first.
-        if self.memory_bytes() > self.budget_bytes {
-            self.trim_partial_to(self.budget_bytes / 4, pinned);
+        // The side cache of partial reads gives back what it borrowed beyond its quarter first,
+        // just the overshoot (a read phase's working set survives one write).
+        let over = self.memory_bytes().saturating_sub(self.budget_bytes);
+        if over > 0 {
+            let cap = (self.budget_bytes / 4).max(self.partial_bytes.saturating_sub(over));
+            self.trim_partial_to(cap, pinned, false);
         }
         let budget = self
             .budget_bytes
@@ -1439,8 +1502,9 @@ impl Store {
     /// meanwhile) the written block is released. Memory work only.
     pub fn finish_writeback(&mut self, done: WritebackDone, root: NodeId) -> WritebackStats {
         let mut stats = done.stats;
-        for w in done.written {
+        for mut w in done.written {
             if self.adopt_written(&w, true) {
+                self.keep_skeleton(w.id, w.loc, w.skeleton.take());
                 if w.evict_after && w.id != root {
                     // The CLOCK ring drops ids without a cache entry when its hand reaches them.
                     self.remove_entry(w.id);
@@ -1538,8 +1602,9 @@ impl Store {
     pub fn finish_checkpoint(&mut self, done: CheckpointDone) -> Result<CheckpointStats> {
         let started = Instant::now();
         let mut stats = done.stats;
-        for w in done.written {
+        for mut w in done.written {
             if self.adopt_written(&w, false) {
+                self.keep_skeleton(w.id, w.loc, w.skeleton.take());
                 stats.adopted += 1;
             }
         }
@@ -1602,6 +1667,8 @@ pub struct WrittenNode {
     loc_at_begin: Option<BlockLoc>,
     loc: BlockLoc,
     evict_after: bool,
+    /// A leaf's skeleton, kept when the block is adopted.
+    skeleton: Option<LeafSkeleton>,
 }
 
 /// A node or run block to read without the store (from [`Store::detached`]).
@@ -1645,6 +1712,19 @@ impl DetachedBlock {
         let node = decode_node(&buf, self.id, &location);
         recycle_block_buf(buf);
         node
+    }
+
+    /// [`DetachedBlock::read_node`], with the skeleton of a leaf (for partial eviction).
+    fn read_node_and_skeleton(&self) -> Result<(Node, Option<LeafSkeleton>)> {
+        let location = self.location("node");
+        let buf = self.read_checked(&location)?;
+        let node = decode_node(&buf, self.id, &location);
+        let sk = match &node {
+            Ok(n) if n.height() == 0 => leaf_skeleton(&buf, self.id),
+            _ => None,
+        };
+        recycle_block_buf(buf);
+        Ok((node?, sk))
     }
 
     /// Reads and verifies the block as a spilled run: its messages sorted by (key, MSN).
@@ -1726,6 +1806,9 @@ impl WritebackJob {
             }
             let crc = crc32c::crc32c(&enc);
             let enc_len = enc.len() as u64;
+            let skeleton = (n.node.height() == 0)
+                .then(|| leaf_skeleton(&enc, n.id))
+                .flatten();
             recycle_block_buf(enc);
             stats.nodes_written += 1;
             stats.bytes_written += enc_len;
@@ -1738,6 +1821,7 @@ impl WritebackJob {
                 loc_at_begin: n.loc_at_begin,
                 evict_after: n.evict_after,
                 loc: BlockLoc { offset, size, crc },
+                skeleton,
             });
         }
         stats.write_us = started.elapsed().as_micros() as u64;
@@ -1892,6 +1976,9 @@ impl CheckpointJob {
             let enc = encode_node(n.id, &n.node, self.compression_level)?;
             let loc = self.write_block(&enc, || format!("checkpoint node {}", n.id))?;
             bytes += enc.len() as u64;
+            let skeleton = (n.node.height() == 0)
+                .then(|| leaf_skeleton(&enc, n.id))
+                .flatten();
             recycle_block_buf(enc);
             written.push(WrittenNode {
                 id: n.id,
@@ -1899,6 +1986,7 @@ impl CheckpointJob {
                 loc_at_begin: n.loc_at_begin,
                 loc,
                 evict_after: false,
+                skeleton,
             });
         }
         Ok((written, bytes))
