@@ -892,8 +892,8 @@ fn edge_inserts_go_straight_to_the_leaf_and_stay_exact() {
 }
 
 /// Background leaf flushes (a node's worth of spilled runs applied to an uncached leaf on the
-/// flusher thread while the writer goes on, then installed) beside checkpoints, range deletes,
-/// reads and a crash: reads equal the model after every batch, every invariant holds, and a
+/// flusher thread while the writer goes on, then installed) and spilled runs the writeback
+/// thread encodes and writes, beside checkpoints, range deletes, reads and a crash: reads equal the model after every batch, every invariant holds, and a
 /// crash returns the last checkpoint.
 #[test]
 fn background_leaf_flushes_keep_reads_exact_and_survive_a_crash() {
@@ -939,6 +939,10 @@ fn background_leaf_flushes_keep_reads_exact_and_survive_a_crash() {
             totals.started > 0 && totals.installed > 0,
             "{totals:?} (seed {seed})"
         );
+        // Spilled runs went to the writeback thread (readable from memory until written; a
+        // checkpoint writes those still pending).
+        let wb = e.writeback_totals();
+        assert!(wb.runs_written > 0, "{wb:?} (seed {seed})");
         drop(e);
         vfs.crash(false);
         let e = open();

@@ -33,7 +33,7 @@ pub const NODE_FIXED_HEADER_BYTES: usize = 40;
 const PARTITION_ENTRY_BYTES: usize = 16;
 
 /// Where a block lives in the file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct BlockLoc {
     /// Byte offset in the file.
     pub offset: u64,

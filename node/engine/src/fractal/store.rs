@@ -30,9 +30,9 @@ use super::codec::{
     decode_basement_frame, decode_basement_partition, decode_buffer_frame, decode_buffer_partition,
     decode_internal_info, decode_leaf_info, decode_leaf_skeleton, decode_node, decode_node_index,
     decode_partition, decode_run_frames, decode_run_index, decode_run_range, encode_btt, encode_header,
-    encode_node, node_header_len, recycle_block_buf, run_index_len, take_block_buf, BasementFrames, BlockLoc,
-    BttImage, Header, InternalInfo, LeafInfo, NodeIndex, PartEntry, RunIndex, DATA_START, HEADER_SLOT_BYTES,
-    NODE_FIXED_HEADER_BYTES, NODE_MAGIC, RUN_FIXED_HEADER_BYTES,
+    encode_node, encode_run, node_header_len, recycle_block_buf, run_index_len, take_block_buf,
+    BasementFrames, BlockLoc, BttImage, Header, InternalInfo, LeafInfo, NodeIndex, PartEntry, RunIndex,
+    DATA_START, HEADER_SLOT_BYTES, NODE_FIXED_HEADER_BYTES, NODE_MAGIC, RUN_FIXED_HEADER_BYTES,
 };
 use super::msg::{Buffer, Msg, Msn};
 use super::node::{child_index, Basement, Node, NodeId};
@@ -191,6 +191,12 @@ pub struct Store {
     /// A background writer adopts what [`Store::begin_writeback`] hands out (set by the engine);
     /// otherwise [`Store::write_and_evict_soon`] writes inline.
     background_writes: bool,
+    /// Spilled runs the writer handed to the writeback thread to encode and write: readable
+    /// from memory (sorted by (key, MSN)) until a written block is adopted. A checkpoint writes
+    /// those still pending itself.
+    pending_runs: HashMap<u64, Arc<Vec<Msg>>>,
+    /// Counted bytes of the pending runs' messages (part of [`Store::memory_bytes`]).
+    pending_run_bytes: usize,
     /// Dirty nodes to write and evict with the next writeback (leaves a flush of spilled runs
     /// just rewrote), oldest first.
     write_soon: Vec<NodeId>,
@@ -354,6 +360,8 @@ impl Store {
             leaf_reads_avoided: std::sync::atomic::AtomicU64::new(0),
             write_epoch: 0,
             background_writes: false,
+            pending_runs: HashMap::new(),
+            pending_run_bytes: 0,
             write_soon: Vec::new(),
         }
     }
@@ -404,7 +412,39 @@ impl Store {
     /// Memory the engine holds against its budget: cached nodes, the side cache of partial
     /// reads, and what background flushes in flight hold.
     pub fn memory_bytes(&self) -> usize {
-        self.cached_bytes + self.partial_bytes + self.reserved_bytes.max(self.background_share_bytes)
+        self.cached_bytes
+            + self.partial_bytes
+            + self.pending_run_bytes
+            + self.reserved_bytes.max(self.background_share_bytes)
+    }
+
+    /// Hands spilled run `id` (point messages sorted by (key, MSN), `bytes` their counted size)
+    /// to the writeback thread when there is one and fewer than an eighth of the budget's worth
+    /// of runs are pending; returns the messages back when the caller must write the run itself.
+    pub fn try_defer_run(&mut self, id: u64, msgs: Vec<Msg>, bytes: usize) -> Option<Vec<Msg>> {
+        if !self.background_writes || self.pending_run_bytes + bytes > self.budget_bytes / 8 {
+            return Some(msgs);
+        }
+        debug_assert!(!self.btt.contains_key(&id) && !self.pending_runs.contains_key(&id));
+        self.pending_runs.insert(id, Arc::new(msgs));
+        self.pending_run_bytes += bytes;
+        None
+    }
+
+    /// Ids of spilled runs not written yet (see [`Store::try_defer_run`]).
+    pub fn pending_run_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.pending_runs.keys().copied()
+    }
+
+    /// Drops pending run `id`; returns whether it was pending.
+    fn forget_pending_run(&mut self, id: u64) -> bool {
+        match self.pending_runs.remove(&id) {
+            Some(m) => {
+                self.pending_run_bytes -= m.iter().map(Msg::size_bytes).sum::<usize>();
+                true
+            }
+            None => false,
+        }
     }
 
     /// Bytes background flushes in flight hold (reserved from the budget).
@@ -485,6 +525,15 @@ impl Store {
     ///
     /// Errors: `Corruption` when `id` has no BTT entry.
     pub fn detached(&self, id: u64) -> Result<DetachedBlock> {
+        if let Some(msgs) = self.pending_runs.get(&id) {
+            return Ok(DetachedBlock {
+                file: Arc::clone(&self.file),
+                path: self.path.clone(),
+                id,
+                loc: BlockLoc::default(),
+                pending: Some(Arc::clone(msgs)),
+            });
+        }
         let loc = *self.btt.get(&id).ok_or_else(|| EngineError::Corruption {
             location: format!("{} BTT", self.path.display()),
             detail: format!("block {id} is referenced but has no BTT entry"),
@@ -494,6 +543,7 @@ impl Store {
             path: self.path.clone(),
             id,
             loc,
+            pending: None,
         })
     }
 
@@ -552,6 +602,14 @@ impl Store {
 
     /// Reads and verifies spilled run `id`, materializing only the messages in `[lo, hi)`.
     fn read_run_range(&self, id: u64, lo: &[u8], hi: Option<&[u8]>) -> Result<Vec<Msg>> {
+        if let Some(msgs) = self.pending_runs.get(&id) {
+            let at = msgs.partition_point(|m| m.key_or_start() < lo);
+            return Ok(msgs[at..]
+                .iter()
+                .take_while(|m| hi.is_none_or(|h| m.key_or_start() < h))
+                .cloned()
+                .collect());
+        }
         let loc = *self.btt.get(&id).ok_or_else(|| EngineError::Corruption {
             location: format!("{} BTT", self.path.display()),
             detail: format!("run {id} is referenced but has no block"),
@@ -1214,6 +1272,7 @@ impl Store {
             self.partial_bytes -= p.bytes;
         }
         self.remove_entry(id);
+        self.forget_pending_run(id);
         let mut runs = self.run_indexes.lock();
         if let Some(ix) = runs.map.remove(&id) {
             runs.bytes -= ix.size_bytes();
@@ -1234,6 +1293,8 @@ impl Store {
         self.partial.clear();
         self.partial_internal.clear();
         self.partial_bytes = 0;
+        self.pending_runs.clear();
+        self.pending_run_bytes = 0;
         self.write_soon.clear();
         self.cache.clear();
         self.ring.clear();
@@ -1260,7 +1321,9 @@ impl Store {
         }
         let budget = self
             .budget_bytes
-            .saturating_sub(self.partial_bytes + self.reserved_bytes.max(self.background_share_bytes));
+            .saturating_sub(
+                self.partial_bytes + self.pending_run_bytes + self.reserved_bytes.max(self.background_share_bytes),
+            );
         while self.cached_bytes > budget && self.cache.len() > 1 && !self.ring.is_empty() {
             steps += 1;
             if steps > 8 * (self.ring.len() + 8) {
@@ -1416,7 +1479,13 @@ impl Store {
         // adopted sooner, and a node the writer changes while a job holds it is copied.
         let cap = (self.budget_bytes / 8).max(1);
         let mut job_bytes = 0usize;
-        // First the nodes to write and evict (held by a checkpoint: left to eviction).
+        // Pending runs first: they hold memory until written.
+        let runs: Vec<(u64, Arc<Vec<Msg>>)> = self
+            .pending_runs
+            .iter()
+            .map(|(id, m)| (*id, Arc::clone(m)))
+            .collect();
+        // Then the nodes to write and evict (held by a checkpoint: left to eviction).
         let mut nodes = Vec::new();
         let mut soon = std::mem::take(&mut self.write_soon).into_iter();
         for id in soon.by_ref() {
@@ -1437,7 +1506,7 @@ impl Store {
         }
         self.write_soon.extend(soon);
         if self.dirty_bytes <= limit_bytes || job_bytes >= cap {
-            return (!nodes.is_empty()).then(|| self.writeback_job(nodes));
+            return (!nodes.is_empty() || !runs.is_empty()).then(|| self.writeback_job(nodes, runs));
         }
         let idle_internal = self.write_epoch.saturating_sub(IDLE_EPOCHS);
         let idle_leaf = self.write_epoch.saturating_sub(1);
@@ -1483,16 +1552,31 @@ impl Store {
             });
             left -= bytes;
         }
-        (!nodes.is_empty()).then(|| self.writeback_job(nodes))
+        (!nodes.is_empty() || !runs.is_empty()).then(|| self.writeback_job(nodes, runs))
     }
 
-    fn writeback_job(&self, nodes: Vec<PendingNode>) -> WritebackJob {
+    fn writeback_job(&self, nodes: Vec<PendingNode>, runs: Vec<(u64, Arc<Vec<Msg>>)>) -> WritebackJob {
         WritebackJob {
             file: Arc::clone(&self.file),
             path: self.path.clone(),
             compression_level: self.compression_level,
             space: Arc::clone(&self.space),
             nodes,
+            runs,
+        }
+    }
+
+    /// Adopts run `id` written to `loc` by a background job: the BTT points at it when the run
+    /// is still pending; otherwise (merged or flushed meanwhile, or written by another job) the
+    /// block is released.
+    fn adopt_run(&mut self, id: u64, loc: BlockLoc) -> bool {
+        if self.forget_pending_run(id) {
+            debug_assert!(!self.btt.contains_key(&id));
+            self.btt.insert(id, loc);
+            true
+        } else {
+            self.release(loc);
+            false
         }
     }
 
@@ -1502,6 +1586,9 @@ impl Store {
     /// meanwhile) the written block is released. Memory work only.
     pub fn finish_writeback(&mut self, done: WritebackDone, root: NodeId) -> WritebackStats {
         let mut stats = done.stats;
+        for (id, loc) in done.written_runs {
+            self.adopt_run(id, loc);
+        }
         for mut w in done.written {
             if self.adopt_written(&w, true) {
                 self.keep_skeleton(w.id, w.loc, w.skeleton.take());
@@ -1588,6 +1675,11 @@ impl Store {
             meta,
             clean,
             nodes,
+            runs: self
+                .pending_runs
+                .iter()
+                .map(|(id, m)| (*id, Arc::clone(m)))
+                .collect(),
             begin_us: started.elapsed().as_micros() as u64,
         }
     }
@@ -1602,6 +1694,9 @@ impl Store {
     pub fn finish_checkpoint(&mut self, done: CheckpointDone) -> Result<CheckpointStats> {
         let started = Instant::now();
         let mut stats = done.stats;
+        for (id, loc) in done.written_runs {
+            self.adopt_run(id, loc);
+        }
         for mut w in done.written {
             if self.adopt_written(&w, false) {
                 self.keep_skeleton(w.id, w.loc, w.skeleton.take());
@@ -1677,6 +1772,8 @@ pub struct DetachedBlock {
     path: PathBuf,
     id: u64,
     loc: BlockLoc,
+    /// A spilled run not written yet: its messages.
+    pending: Option<Arc<Vec<Msg>>>,
 }
 
 impl DetachedBlock {
@@ -1731,6 +1828,9 @@ impl DetachedBlock {
     ///
     /// Errors: as [`DetachedBlock::read_node`].
     pub fn read_run(&self) -> Result<Vec<Msg>> {
+        if let Some(msgs) = &self.pending {
+            return Ok(msgs.as_ref().clone());
+        }
         let location = self.location("run");
         let buf = self.read_checked(&location)?;
         let msgs = decode_run_range(&buf, self.id, &location, &[], None);
@@ -1747,11 +1847,14 @@ pub struct WritebackJob {
     compression_level: Option<i32>,
     space: Arc<Mutex<Space>>,
     nodes: Vec<PendingNode>,
+    /// Pending spilled runs to encode and write.
+    runs: Vec<(u64, Arc<Vec<Msg>>)>,
 }
 
 /// What [`WritebackJob::run`] wrote, for [`Store::finish_writeback`].
 pub struct WritebackDone {
     written: Vec<WrittenNode>,
+    written_runs: Vec<(u64, BlockLoc)>,
     stats: WritebackStats,
 }
 
@@ -1766,19 +1869,41 @@ pub struct WritebackStats {
     pub leaf_bytes_written: u64,
     /// Written nodes adopted by the live tree (unchanged meanwhile).
     pub adopted: u64,
+    /// Pending spilled runs encoded and written.
+    pub runs_written: u64,
     /// Time encoding and writing took (engine lock not held), in microseconds.
     pub write_us: u64,
 }
 
 impl WritebackJob {
-    /// Nodes in the job.
+    /// Nodes and runs in the job.
     pub fn len(&self) -> usize {
-        self.nodes.len()
+        self.nodes.len() + self.runs.len()
     }
 
-    /// Whether the job holds no node.
+    /// Whether the job holds no node and no run.
     pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
+        self.nodes.is_empty() && self.runs.is_empty()
+    }
+
+    /// Writes `enc` to a fresh block (not claimed by a checkpoint); `what` names it in errors.
+    fn write_block(&self, enc: &[u8], what: impl Fn() -> String) -> Result<BlockLoc> {
+        let size = u32::try_from(enc.len()).map_err(|_| {
+            EngineError::InvalidArgument(format!("{} encodes to {} bytes", what(), enc.len()))
+        })?;
+        let offset = self.space.lock().alloc(enc.len() as u64);
+        if let Err(source) = self.file.write_all_at(enc, offset) {
+            self.space.lock().unalloc(offset, enc.len() as u64);
+            return Err(EngineError::Io {
+                context: format!("write {} @ {offset} of {}", what(), self.path.display()),
+                source,
+            });
+        }
+        Ok(BlockLoc {
+            offset,
+            size,
+            crc: crc32c::crc32c(enc),
+        })
     }
 
     /// Encodes and writes every node of the job to a fresh block (copy-on-write; nothing
@@ -1787,24 +1912,22 @@ impl WritebackJob {
     ///
     /// Errors: `Io` for a failed write (the caller poisons the engine); `InvalidArgument` for a
     /// node above 4 GiB encoded. Blocks written before the error stay allocated until reopen.
-    pub fn run(self) -> Result<WritebackDone> {
+    pub fn run(mut self) -> Result<WritebackDone> {
         let started = Instant::now();
         let mut stats = WritebackStats::default();
+        let mut written_runs = Vec::with_capacity(self.runs.len());
+        for (id, msgs) in std::mem::take(&mut self.runs) {
+            let enc = encode_run(id, &msgs, self.compression_level)?;
+            let loc = self.write_block(&enc, || format!("run {id}"))?;
+            stats.runs_written += 1;
+            stats.bytes_written += enc.len() as u64;
+            recycle_block_buf(enc);
+            written_runs.push((id, loc));
+        }
         let mut written = Vec::with_capacity(self.nodes.len());
-        for n in self.nodes {
+        for n in std::mem::take(&mut self.nodes) {
             let enc = encode_node(n.id, &n.node, self.compression_level)?;
-            let size = u32::try_from(enc.len()).map_err(|_| {
-                EngineError::InvalidArgument(format!("node {} encodes to {} bytes", n.id, enc.len()))
-            })?;
-            let offset = self.space.lock().alloc(enc.len() as u64);
-            if let Err(source) = self.file.write_all_at(&enc, offset) {
-                self.space.lock().unalloc(offset, enc.len() as u64);
-                return Err(EngineError::Io {
-                    context: format!("write node {} @ {offset} of {}", n.id, self.path.display()),
-                    source,
-                });
-            }
-            let crc = crc32c::crc32c(&enc);
+            let loc = self.write_block(&enc, || format!("node {}", n.id))?;
             let enc_len = enc.len() as u64;
             let skeleton = (n.node.height() == 0)
                 .then(|| leaf_skeleton(&enc, n.id))
@@ -1820,12 +1943,16 @@ impl WritebackJob {
                 node: n.node,
                 loc_at_begin: n.loc_at_begin,
                 evict_after: n.evict_after,
-                loc: BlockLoc { offset, size, crc },
+                loc,
                 skeleton,
             });
         }
         stats.write_us = started.elapsed().as_micros() as u64;
-        Ok(WritebackDone { written, stats })
+        Ok(WritebackDone {
+            written,
+            written_runs,
+            stats,
+        })
     }
 }
 
@@ -1845,6 +1972,8 @@ pub struct CheckpointJob {
     clean: Vec<(NodeId, BlockLoc)>,
     /// Dirty nodes to write, by id.
     nodes: Vec<PendingNode>,
+    /// Spilled runs not written yet (the checkpoint refers to them, so it writes them).
+    runs: Vec<(u64, Arc<Vec<Msg>>)>,
     begin_us: u64,
 }
 
@@ -1852,6 +1981,7 @@ pub struct CheckpointJob {
 pub struct CheckpointDone {
     counter: u64,
     written: Vec<WrittenNode>,
+    written_runs: Vec<(u64, BlockLoc)>,
     stats: CheckpointStats,
 }
 
@@ -1889,6 +2019,15 @@ impl CheckpointJob {
             ..CheckpointStats::default()
         };
         let mut entries = self.clean.clone();
+        let mut written_runs = Vec::with_capacity(self.runs.len());
+        for (id, msgs) in std::mem::take(&mut self.runs) {
+            let enc = encode_run(id, &msgs, self.compression_level)?;
+            let loc = self.write_block(&enc, || format!("checkpoint run {id}"))?;
+            stats.bytes_written += enc.len() as u64;
+            recycle_block_buf(enc);
+            written_runs.push((id, loc));
+        }
+        entries.extend(written_runs.iter().copied());
         let nodes = std::mem::take(&mut self.nodes);
         let mut written = Vec::with_capacity(nodes.len());
         // Encoding (zstd) dominates: the nodes are dealt round-robin to one lane per core, each
@@ -1963,6 +2102,7 @@ impl CheckpointJob {
         Ok(CheckpointDone {
             counter: self.counter,
             written,
+            written_runs,
             stats,
         })
     }

@@ -684,8 +684,12 @@ impl Tree {
                 RUN_FILTER_PROBES,
             ),
         };
-        let enc = encode_run(id, &msgs, self.store.compression_level())?;
-        self.store.write_run(id, enc)?;
+        // The writeback thread encodes and writes it when it can take it (readable from memory
+        // meanwhile); otherwise the writer does.
+        if let Some(msgs) = self.store.try_defer_run(id, msgs, bytes as usize) {
+            let enc = encode_run(id, &msgs, self.store.compression_level())?;
+            self.store.write_run(id, enc)?;
+        }
         Ok(run)
     }
 
@@ -1307,7 +1311,12 @@ impl Tree {
         meta: &[u8],
     ) -> Result<()> {
         self.cancel_flushes();
-        let old_ids: HashSet<NodeId> = self.store.btt_ids().chain(self.store.cached_ids()).collect();
+        let old_ids: HashSet<NodeId> = self
+            .store
+            .btt_ids()
+            .chain(self.store.cached_ids())
+            .chain(self.store.pending_run_ids())
+            .collect();
         let mut new_ids = Vec::new();
         match self.build(pairs, &mut new_ids) {
             Ok(root) => {
@@ -1409,7 +1418,12 @@ impl Tree {
         let mut reachable = HashSet::new();
         let root = self.root;
         let root_height = self.check_node(root, None, None, None, &mut reachable)?;
-        let known: HashSet<NodeId> = self.store.btt_ids().chain(self.store.cached_ids()).collect();
+        let known: HashSet<NodeId> = self
+            .store
+            .btt_ids()
+            .chain(self.store.cached_ids())
+            .chain(self.store.pending_run_ids())
+            .collect();
         if reachable != known {
             let mut leaked: Vec<_> = known.difference(&reachable).copied().collect();
             let mut missing: Vec<_> = reachable.difference(&known).copied().collect();

@@ -30,6 +30,8 @@ pub struct WritebackTotals {
     /// Written nodes the live tree adopted (the rest were modified or written otherwise
     /// meanwhile and their blocks released).
     pub adopted: u64,
+    /// Spilled runs the writer handed over, encoded and written by the background thread.
+    pub runs_written: u64,
     /// Times the writer waited for a running job (back-pressure).
     pub writer_waits: u64,
     /// Time the writer spent waiting, in microseconds.
@@ -97,5 +99,6 @@ impl Writeback {
         self.totals.bytes_written += s.bytes_written;
         self.totals.leaf_bytes_written += s.leaf_bytes_written;
         self.totals.adopted += s.adopted;
+        self.totals.runs_written += s.runs_written;
     }
 }
