@@ -393,17 +393,35 @@ impl Inner {
     /// over budget. Without the thread, writes inline (above a quarter of the
     /// budget).
     fn writeback_step(&mut self) -> Result<()> {
+        self.writeback_round(false)
+    }
+
+    /// Within a write batch, when spilled runs were handed over since the last job began: adopts
+    /// a finished job and, when the thread is idle, gives it the pending runs at once (a batch's
+    /// flush cascade can spill many runs; waiting for the batch's end would make the writer
+    /// encode them itself once an eighth of the budget is pending).
+    fn hand_over_runs(&mut self) -> Result<()> {
+        self.writeback_round(true)
+    }
+
+    /// [`Inner::writeback_step`] (`runs_only` false) or [`Inner::hand_over_runs`] (true).
+    fn writeback_round(&mut self, runs_only: bool) -> Result<()> {
         if self.poisoned {
             return Err(EngineError::Poisoned);
         }
         let budget = self.tree.store.budget_bytes();
         let Some(wb) = self.writeback.as_mut() else {
+            if runs_only {
+                return Ok(());
+            }
             return self.mutate(|t| t.store.write_some_dirty(budget / 4, t.root));
         };
         let limit = budget / 2;
-        self.tree.store.next_write_epoch();
+        if !runs_only {
+            self.tree.store.next_write_epoch();
+        }
         let mut finished = wb.poll(false);
-        if finished.is_none() && wb.running() {
+        if finished.is_none() && wb.running() && !runs_only {
             let store = &self.tree.store;
             if store.dirty_bytes() > budget / 8 * 7 || store.memory_bytes() > budget {
                 finished = wb.poll(true);
@@ -424,7 +442,12 @@ impl Inner {
         }
         if !wb.running() {
             let root = self.tree.root;
-            if let Some(job) = self.tree.store.begin_writeback(limit, root) {
+            let job = if runs_only {
+                self.tree.store.begin_run_writeback()
+            } else {
+                self.tree.store.begin_writeback(limit, root)
+            };
+            if let Some(job) = job {
                 if let Err(e) = wb.submit(job) {
                     self.poisoned = true;
                     return Err(e);
@@ -474,14 +497,29 @@ impl Engine for FractalEngine {
 
     fn write(&self, ops: &[WriteOp], meta: Option<&[u8]>) -> Result<()> {
         let mut inner = self.inner.write();
-        inner.mutate(|t| {
-            for op in ops {
-                let msn = t.next_msn();
-                if let Some(msg) = to_msg(op, msn) {
-                    t.inject(msg)?;
+        // The batch is atomic for readers: the exclusive lock is held throughout.
+        let mut at = 0;
+        while at < ops.len() {
+            at = inner.mutate(|t| {
+                let mut i = at;
+                while let Some(op) = ops.get(i) {
+                    let msn = t.next_msn();
+                    if let Some(msg) = to_msg(op, msn) {
+                        t.inject(msg)?;
+                    }
+                    t.store.evict_to_budget(t.root)?;
+                    i += 1;
+                    if t.store.runs_to_hand_over() {
+                        break;
+                    }
                 }
-                t.store.evict_to_budget(t.root)?;
+                Ok(i)
+            })?;
+            if at < ops.len() {
+                inner.hand_over_runs()?;
             }
+        }
+        inner.mutate(|t| {
             if let Some(m) = meta {
                 t.meta = Some(m.to_vec());
             }

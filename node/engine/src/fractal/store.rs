@@ -197,6 +197,8 @@ pub struct Store {
     pending_runs: HashMap<u64, Arc<Vec<Msg>>>,
     /// Counted bytes of the pending runs' messages (part of [`Store::memory_bytes`]).
     pending_run_bytes: usize,
+    /// Pending runs no writeback job has taken yet.
+    runs_not_handed_over: usize,
     /// Dirty nodes to write and evict with the next writeback (leaves a flush of spilled runs
     /// just rewrote), oldest first.
     write_soon: Vec<NodeId>,
@@ -362,6 +364,7 @@ impl Store {
             background_writes: false,
             pending_runs: HashMap::new(),
             pending_run_bytes: 0,
+            runs_not_handed_over: 0,
             write_soon: Vec::new(),
         }
     }
@@ -428,7 +431,30 @@ impl Store {
         debug_assert!(!self.btt.contains_key(&id) && !self.pending_runs.contains_key(&id));
         self.pending_runs.insert(id, Arc::new(msgs));
         self.pending_run_bytes += bytes;
+        self.runs_not_handed_over += 1;
         None
+    }
+
+    /// Whether pending runs wait for a writeback job to take them.
+    pub fn runs_to_hand_over(&self) -> bool {
+        self.runs_not_handed_over > 0
+    }
+
+    /// A writeback job of the pending runs alone (see [`Store::try_defer_run`]); `None` when
+    /// none are pending.
+    pub fn begin_run_writeback(&mut self) -> Option<WritebackJob> {
+        let runs = self.take_pending_for_job();
+        (!runs.is_empty()).then(|| self.writeback_job(Vec::new(), runs))
+    }
+
+    /// The pending runs, for a job that writes them (they stay pending, and readable, until it
+    /// is adopted).
+    fn take_pending_for_job(&mut self) -> Vec<(u64, Arc<Vec<Msg>>)> {
+        self.runs_not_handed_over = 0;
+        self.pending_runs
+            .iter()
+            .map(|(id, m)| (*id, Arc::clone(m)))
+            .collect()
     }
 
     /// Ids of spilled runs not written yet (see [`Store::try_defer_run`]).
@@ -1295,6 +1321,7 @@ impl Store {
         self.partial_bytes = 0;
         self.pending_runs.clear();
         self.pending_run_bytes = 0;
+        self.runs_not_handed_over = 0;
         self.write_soon.clear();
         self.cache.clear();
         self.ring.clear();
@@ -1319,11 +1346,11 @@ impl Store {
             let cap = (self.budget_bytes / 4).max(self.partial_bytes.saturating_sub(over));
             self.trim_partial_to(cap, pinned, false);
         }
-        let budget = self
-            .budget_bytes
-            .saturating_sub(
-                self.partial_bytes + self.pending_run_bytes + self.reserved_bytes.max(self.background_share_bytes),
-            );
+        let budget = self.budget_bytes.saturating_sub(
+            self.partial_bytes
+                + self.pending_run_bytes
+                + self.reserved_bytes.max(self.background_share_bytes),
+        );
         while self.cached_bytes > budget && self.cache.len() > 1 && !self.ring.is_empty() {
             steps += 1;
             if steps > 8 * (self.ring.len() + 8) {
@@ -1480,11 +1507,7 @@ impl Store {
         let cap = (self.budget_bytes / 8).max(1);
         let mut job_bytes = 0usize;
         // Pending runs first: they hold memory until written.
-        let runs: Vec<(u64, Arc<Vec<Msg>>)> = self
-            .pending_runs
-            .iter()
-            .map(|(id, m)| (*id, Arc::clone(m)))
-            .collect();
+        let runs = self.take_pending_for_job();
         // Then the nodes to write and evict (held by a checkpoint: left to eviction).
         let mut nodes = Vec::new();
         let mut soon = std::mem::take(&mut self.write_soon).into_iter();
