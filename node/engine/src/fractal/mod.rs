@@ -37,9 +37,12 @@
 //! Background work: two threads beside the writer. [`flusher`] applies a node's worth of
 //! spilled runs to their (uncached) leaf: it reads and decompresses the leaf and the runs and
 //! merges them while the writer goes on; the writer installs the result (the runs leave the
-//! buffer, the leaf splits). [`writeback`] encodes (compresses) and writes dirty nodes: the
-//! leaves a flush produced (then evicted) and idle dirty nodes when too many are dirty. The
-//! writer waits for writeback only when the engine's memory runs over budget (back-pressure).
+//! buffer, the leaf splits). [`writeback`] encodes (compresses) and writes spilled runs and
+//! dirty nodes: the runs the writer spilled (readable from memory until their block is
+//! adopted; a checkpoint writes those still pending; at most an eighth of the budget waits,
+//! beyond that the writer encodes a run itself), the leaves a flush produced (then evicted)
+//! and idle dirty nodes when too many are dirty. The writer waits for writeback only when the
+//! engine's memory runs over budget (back-pressure).
 //! A quarter of the budget stays free for the background threads (a flush in flight reserves
 //! its decoded leaf and runs from it, at most one quarter's worth at a time); a buffer whose
 //! flush cannot start yet keeps spilling runs, up to two nodes' worth, before the writer
