@@ -21,6 +21,34 @@ struct ModelState {
     meta: Option<Vec<u8>>,
 }
 
+/// Panics unless `got == want`, naming `ctx`, both sizes and the first (up to 8) keys whose
+/// values differ (as lossy UTF-8): the comparison helper of model-based tests, whose maps are
+/// too large to print whole.
+pub fn assert_same_as_model(got: &BTreeMap<Vec<u8>, Vec<u8>>, want: &BTreeMap<Vec<u8>, Vec<u8>>, ctx: &str) {
+    if got == want {
+        return;
+    }
+    let keys: std::collections::BTreeSet<&Vec<u8>> = got.keys().chain(want.keys()).collect();
+    let diffs: Vec<String> = keys
+        .into_iter()
+        .filter(|k| got.get(*k) != want.get(*k))
+        .take(8)
+        .map(|k| {
+            format!(
+                "{}: got {:?}, want {:?}",
+                String::from_utf8_lossy(k),
+                got.get(k).map(|v| String::from_utf8_lossy(v).into_owned()),
+                want.get(k).map(|v| String::from_utf8_lossy(v).into_owned())
+            )
+        })
+        .collect();
+    panic!(
+        "{ctx}: {} vs {} keys; first differences: {diffs:#?}",
+        got.len(),
+        want.len()
+    );
+}
+
 /// Applies `ops` in order to `map` with the reference semantics of [`WriteOp`].
 pub fn apply_ops(map: &mut BTreeMap<Vec<u8>, Vec<u8>>, ops: &[WriteOp]) {
     for op in ops {

@@ -140,30 +140,8 @@ pub fn random_batch(rng: &mut Rng, keys: u64, max_ops: u64, tag: u64) -> Vec<Wri
 }
 
 /// Asserts `got == want`, naming the first differing keys.
-pub fn assert_same(got: &Model, want: &Model, ctx: &str) {
-    if got == want {
-        return;
-    }
-    let keys: std::collections::BTreeSet<&Vec<u8>> = got.keys().chain(want.keys()).collect();
-    let diffs: Vec<String> = keys
-        .into_iter()
-        .filter(|k| got.get(*k) != want.get(*k))
-        .take(8)
-        .map(|k| {
-            format!(
-                "{}: got {:?}, want {:?}",
-                String::from_utf8_lossy(k),
-                got.get(k).map(|v| String::from_utf8_lossy(v).into_owned()),
-                want.get(k).map(|v| String::from_utf8_lossy(v).into_owned())
-            )
-        })
-        .collect();
-    panic!(
-        "{ctx}: {} vs {} keys; first differences: {diffs:#?}",
-        got.len(),
-        want.len()
-    );
-}
+#[allow(unused_imports)] // not every test file compares maps
+pub use ftkv_engine::model::assert_same_as_model as assert_same;
 
 /// The database's engine opened by itself (as `Db::open` opens it with [`small_opts`]).
 pub fn engine_alone(vfs: &Arc<FaultVfs>) -> ftkv_engine::fractal::FractalEngine {

@@ -75,31 +75,7 @@ fn crash_after_unsynced_writes(
 /// Keys to values.
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
-/// Asserts `got == want`, naming the first keys that differ (the maps are large).
-fn assert_same(got: &BTreeMap<Vec<u8>, Vec<u8>>, want: &BTreeMap<Vec<u8>, Vec<u8>>, ctx: &str) {
-    if got == want {
-        return;
-    }
-    let keys: std::collections::BTreeSet<&Vec<u8>> = got.keys().chain(want.keys()).collect();
-    let diffs: Vec<String> = keys
-        .into_iter()
-        .filter(|k| got.get(*k) != want.get(*k))
-        .take(8)
-        .map(|k| {
-            format!(
-                "{}: got {:?}, want {:?}",
-                String::from_utf8_lossy(k),
-                got.get(k).map(|v| String::from_utf8_lossy(v).into_owned()),
-                want.get(k).map(|v| String::from_utf8_lossy(v).into_owned())
-            )
-        })
-        .collect();
-    panic!(
-        "{ctx}: {} vs {} keys; first differences: {diffs:#?}",
-        got.len(),
-        want.len()
-    );
-}
+use crate::model::assert_same_as_model as assert_same;
 
 fn dump(e: &FractalEngine) -> BTreeMap<Vec<u8>, Vec<u8>> {
     e.scan(b"", None, usize::MAX).unwrap().into_iter().collect()

@@ -727,24 +727,10 @@ pub fn decode_run_index(head: &[u8], block_len: u64, expect_id: u64, location: &
             return Err("run frame index crc32c mismatch".into());
         }
         let mut ir = R::new(body);
-        let mut offset = (RUN_FIXED_HEADER_BYTES + len) as u64;
-        let mut total = 0u64;
-        let frames: Vec<RunFrame> = read_frame_rows(&mut ir, nframes, "run")?
-            .into_iter()
-            .map(|row| {
-                let f = RunFrame {
-                    first_key: row.first_key,
-                    msgs: row.count,
-                    offset,
-                    stored_len: row.stored_len,
-                    raw_len: row.raw_len,
-                    crc: row.crc,
-                };
-                offset += u64::from(row.stored_len);
-                total += u64::from(row.count);
-                f
-            })
-            .collect();
+        let (frames, total, offset) = run_frames_from_rows(
+            read_frame_rows(&mut ir, nframes, "run")?,
+            (RUN_FIXED_HEADER_BYTES + len) as u64,
+        );
         ir.done()?;
         if total != u64::from(msgs) {
             return Err(format!("run frames hold {total} messages, header says {msgs}"));
@@ -760,6 +746,29 @@ pub fn decode_run_index(head: &[u8], block_len: u64, expect_id: u64, location: &
         })
     })();
     res.map_err(|d| corruption(location, d))
+}
+
+/// Frames of a run or format-4 buffer from their table rows, the first stored at `offset`:
+/// returns them, the messages they hold and the offset after the last.
+fn run_frames_from_rows(rows: Vec<FrameRow>, mut offset: u64) -> (Vec<RunFrame>, u64, u64) {
+    let mut total = 0u64;
+    let frames = rows
+        .into_iter()
+        .map(|row| {
+            let f = RunFrame {
+                first_key: row.first_key,
+                msgs: row.count,
+                offset,
+                stored_len: row.stored_len,
+                raw_len: row.raw_len,
+                crc: row.crc,
+            };
+            offset += u64::from(row.stored_len);
+            total += u64::from(row.count);
+            f
+        })
+        .collect();
+    (frames, total, offset)
 }
 
 /// Decodes frames `frames` of a run whose stored bytes are `data` (starting at the first of
@@ -1211,24 +1220,8 @@ fn read_buffer_tables(
         }
         let msgs = r.u32()?;
         let nframes = r.u32()? as usize;
-        let mut offset = 0u64;
-        let mut total = 0u64;
-        let frames: Vec<RunFrame> = read_frame_rows(r, nframes, &format!("buffer {c}"))?
-            .into_iter()
-            .map(|row| {
-                let f = RunFrame {
-                    first_key: row.first_key,
-                    msgs: row.count,
-                    offset,
-                    stored_len: row.stored_len,
-                    raw_len: row.raw_len,
-                    crc: row.crc,
-                };
-                offset += u64::from(row.stored_len);
-                total += u64::from(row.count);
-                f
-            })
-            .collect();
+        let (frames, total, _) =
+            run_frames_from_rows(read_frame_rows(r, nframes, &format!("buffer {c}"))?, 0);
         if total != u64::from(msgs) {
             return Err(format!(
                 "buffer {c}: frames hold {total} messages, table says {msgs}"
