@@ -400,9 +400,9 @@ impl Inner {
     }
 
     /// Within a write batch, when spilled runs were handed over since the last job began: adopts
-    /// a finished job and, when the thread is idle, gives it the pending runs at once (a batch's
-    /// flush cascade can spill many runs; waiting for the batch's end would make the writer
-    /// encode them itself once an eighth of the budget is pending).
+    /// a finished job and, when the thread is idle, starts the next one at once, pending runs
+    /// first (a batch's flush cascade can spill many runs; waiting for the batch's end would make
+    /// the writer encode them itself once an eighth of the budget is pending).
     fn hand_over_runs(&mut self) -> Result<()> {
         self.writeback_round(true)
     }
@@ -445,12 +445,8 @@ impl Inner {
         }
         if !wb.running() {
             let root = self.tree.root;
-            let job = if runs_only {
-                self.tree.store.begin_run_writeback()
-            } else {
-                self.tree.store.begin_writeback(limit, root)
-            };
-            if let Some(job) = job {
+            // Pending runs go first in any job.
+            if let Some(job) = self.tree.store.begin_writeback(limit, root) {
                 if let Err(e) = wb.submit(job) {
                     self.poisoned = true;
                     return Err(e);

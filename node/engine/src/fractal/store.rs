@@ -440,13 +440,6 @@ impl Store {
         self.runs_not_handed_over > 0
     }
 
-    /// A writeback job of the pending runs alone (see [`Store::try_defer_run`]); `None` when
-    /// none are pending.
-    pub fn begin_run_writeback(&mut self) -> Option<WritebackJob> {
-        let runs = self.take_pending_for_job();
-        (!runs.is_empty()).then(|| self.writeback_job(Vec::new(), runs))
-    }
-
     /// The pending runs, for a job that writes them (they stay pending, and readable, until it
     /// is adopted).
     fn take_pending_for_job(&mut self) -> Vec<(u64, Arc<Vec<Msg>>)> {
@@ -1154,7 +1147,8 @@ impl Store {
     /// cache and the background share leave free if that is more (a read-only phase after a
     /// load keeps few nodes cached whole; [`Store::evict_to_budget`] takes the room back).
     fn partial_cap_bytes(&self) -> usize {
-        let others = self.cached_bytes + self.reserved_bytes.max(self.background_share_bytes);
+        let others =
+            self.cached_bytes + self.pending_run_bytes + self.reserved_bytes.max(self.background_share_bytes);
         (self.budget_bytes / 4).max(self.budget_bytes.saturating_sub(others))
     }
 
@@ -1828,6 +1822,12 @@ impl DetachedBlock {
     /// Errors: `Io` from the file, `Corruption` for a crc mismatch or a malformed block.
     pub fn read_node(&self) -> Result<Node> {
         let location = self.location("node");
+        if self.pending.is_some() {
+            return Err(EngineError::Corruption {
+                location,
+                detail: "a spilled run not written yet is referenced as a node".into(),
+            });
+        }
         let buf = self.read_checked(&location)?;
         let node = decode_node(&buf, self.id, &location);
         recycle_block_buf(buf);
@@ -1952,7 +1952,8 @@ impl WritebackJob {
             let enc = encode_node(n.id, &n.node, self.compression_level)?;
             let loc = self.write_block(&enc, || format!("node {}", n.id))?;
             let enc_len = enc.len() as u64;
-            let skeleton = (n.node.height() == 0)
+            // A skeleton serves once the leaf leaves the cache: kept for leaves evicted after.
+            let skeleton = (n.evict_after && n.node.height() == 0)
                 .then(|| leaf_skeleton(&enc, n.id))
                 .flatten();
             recycle_block_buf(enc);
@@ -2139,9 +2140,6 @@ impl CheckpointJob {
             let enc = encode_node(n.id, &n.node, self.compression_level)?;
             let loc = self.write_block(&enc, || format!("checkpoint node {}", n.id))?;
             bytes += enc.len() as u64;
-            let skeleton = (n.node.height() == 0)
-                .then(|| leaf_skeleton(&enc, n.id))
-                .flatten();
             recycle_block_buf(enc);
             written.push(WrittenNode {
                 id: n.id,
@@ -2149,7 +2147,9 @@ impl CheckpointJob {
                 loc_at_begin: n.loc_at_begin,
                 loc,
                 evict_after: false,
-                skeleton,
+                // The checkpoint's nodes stay cached: their skeletons would only crowd out
+                // those of evicted leaves.
+                skeleton: None,
             });
         }
         Ok((written, bytes))
