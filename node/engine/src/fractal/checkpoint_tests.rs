@@ -271,3 +271,89 @@ fn writeback_thread_keeps_a_small_cache_consistent() {
     assert_same(&dump(&e), &model, "after the crash");
     e.check_integrity().unwrap();
 }
+
+/// Spilled runs handed to writeback (pending, readable from memory) beside checkpoints, in both
+/// orders: a writeback job and a checkpoint may both write the same pending run; whichever is
+/// adopted second releases its copy, the durable checkpoint keeps the copy it refers to, and a
+/// crash returns the last checkpoint's snapshot. Reads equal the model throughout.
+#[test]
+fn pending_runs_written_by_writeback_and_checkpoints_survive_a_crash() {
+    for (seed, cache_size_bytes) in [(21u64, 128u64 << 10), (22, 96 << 10)] {
+        let vfs = FaultVfs::new(seed);
+        let e = open(&vfs, cache_size_bytes);
+        without_writeback_thread(&e);
+        // Runs are deferred as if a writeback thread took them; this test runs its jobs.
+        e.inner.write().tree.store.set_background_writes(true);
+        let mut x = seed;
+        let mut round = 0u64;
+        let mut model = BTreeMap::new();
+        let mut durable: Option<(u64, Model)> = None;
+        let (mut pending_seen, mut runs_written) = (0usize, 0u64);
+        for cycle in 0..16u64 {
+            for _ in 0..6 {
+                round += 1;
+                let ops = batch(&mut x, round);
+                e.write(&ops, Some(&round.to_le_bytes())).unwrap();
+                apply_ops(&mut model, &ops);
+            }
+            pending_seen = pending_seen.max(e.inner.read().tree.store.pending_run_ids().count());
+            // Reads see pending runs from memory.
+            assert_same(
+                &dump(&e),
+                &model,
+                &format!("with pending runs, cycle {cycle} (seed {seed})"),
+            );
+            let (job, ckpt) = {
+                let mut g = e.inner.write();
+                let t = &mut g.tree;
+                t.store.next_write_epoch();
+                let job = t.store.begin_writeback(0, t.root);
+                let ckpt = (cycle % 2 == 0).then(|| (round, model.clone(), g.tree.begin_checkpoint()));
+                (job, ckpt)
+            };
+            let finish_job = |job: Option<crate::fractal::store::WritebackJob>| {
+                if let Some(job) = job {
+                    let done = job.run().unwrap();
+                    let mut g = e.inner.write();
+                    let root = g.tree.root;
+                    g.tree.store.finish_writeback(done, root).runs_written
+                } else {
+                    0
+                }
+            };
+            let finish_ckpt = |ckpt: Option<(u64, Model, crate::fractal::store::CheckpointJob)>| {
+                ckpt.map(|(r, snapshot, job)| {
+                    let done = job.run().unwrap();
+                    e.inner.write().tree.store.finish_checkpoint(done).unwrap();
+                    (r, snapshot)
+                })
+            };
+            // Alternate which of the two is adopted first.
+            let d = if cycle % 4 == 0 {
+                runs_written += finish_job(job);
+                finish_ckpt(ckpt)
+            } else {
+                let d = finish_ckpt(ckpt);
+                runs_written += finish_job(job);
+                d
+            };
+            if d.is_some() {
+                durable = d;
+            }
+            assert_same(
+                &dump(&e),
+                &model,
+                &format!("live tree after cycle {cycle} (seed {seed})"),
+            );
+            e.check_integrity().unwrap();
+            assert_eq!(e.inner.write().tree.store.check_space(), Ok(()));
+        }
+        assert!(pending_seen > 0, "no run was deferred (seed {seed})");
+        assert!(runs_written > 0, "no writeback job wrote a run (seed {seed})");
+        let e = crash_after_unsynced_writes(e, &vfs, cache_size_bytes, &mut x, &mut round);
+        let (r, snapshot) = durable.unwrap();
+        assert_eq!(e.meta().unwrap(), Some(r.to_le_bytes().to_vec()));
+        assert_same(&dump(&e), &snapshot, &format!("after the crash (seed {seed})"));
+        e.check_integrity().unwrap();
+    }
+}
