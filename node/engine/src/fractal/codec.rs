@@ -1144,12 +1144,7 @@ fn encode_buffer_frames(b: &Buffer, level: Option<i32>, info: &mut W) -> Result<
     info.u32(count);
     info.u32(frames.len() as u32);
     write_frame_table(&frames, info);
-    let total_raw = frames.iter().map(|f| f.raw_len).sum();
-    let mut stored = Vec::with_capacity(frames.iter().map(|f| f.stored.len()).sum());
-    for f in &frames {
-        stored.extend_from_slice(&f.stored);
-    }
-    Ok((stored, total_raw))
+    Ok(concat_frames(&frames))
 }
 
 /// One child's buffer as partition 0 of a format-4 internal node describes it.
@@ -1184,14 +1179,8 @@ impl BufferTable {
 
     /// Checks that the frames add up to the partition's stored and raw lengths.
     fn check_partition(&self, stored_len: usize, raw_len: usize) -> Result<(), Detail> {
-        let stored: u64 = self.points.frames.iter().map(|f| u64::from(f.stored_len)).sum();
-        let raw: u64 = self.points.frames.iter().map(|f| u64::from(f.raw_len)).sum();
-        if stored != stored_len as u64 || raw != raw_len as u64 {
-            return Err(format!(
-                "buffer frames hold {stored} stored / {raw} raw bytes, partition {stored_len} / {raw_len}"
-            ));
-        }
-        Ok(())
+        let lens = self.points.frames.iter().map(|f| (f.stored_len, f.raw_len));
+        check_frame_lengths(lens, stored_len, raw_len, "buffer frames")
     }
 }
 
@@ -1285,12 +1274,36 @@ fn encode_basement_frames(b: &Basement, level: Option<i32>, info: &mut W) -> Res
     info.u32(b.len() as u32);
     info.u32(frames.len() as u32);
     write_frame_table(&frames, info);
+    Ok(concat_frames(&frames))
+}
+
+/// The stored bytes of `frames` back to back (a partition) and their total raw length.
+fn concat_frames(frames: &[EncFrame]) -> (Vec<u8>, u32) {
     let total_raw = frames.iter().map(|f| f.raw_len).sum();
     let mut stored = Vec::with_capacity(frames.iter().map(|f| f.stored.len()).sum());
-    for f in &frames {
+    for f in frames {
         stored.extend_from_slice(&f.stored);
     }
-    Ok((stored, total_raw))
+    (stored, total_raw)
+}
+
+/// Checks that frames of `(stored, raw)` lengths add up to a partition's stored and raw
+/// lengths; `what` names them in the error.
+fn check_frame_lengths(
+    lens: impl Iterator<Item = (u32, u32)>,
+    stored_len: usize,
+    raw_len: usize,
+    what: &str,
+) -> Result<(), Detail> {
+    let (stored, raw) = lens.fold((0u64, 0u64), |(s, r), (fs, fr)| {
+        (s + u64::from(fs), r + u64::from(fr))
+    });
+    if stored != stored_len as u64 || raw != raw_len as u64 {
+        return Err(format!(
+            "{what} hold {stored} stored / {raw} raw bytes, partition {stored_len} / {raw_len}"
+        ));
+    }
+    Ok(())
 }
 
 /// One encoded frame of a run or basement.
@@ -1909,14 +1922,8 @@ impl BasementFrames {
 
     /// Checks that the frames add up to the partition's stored and raw lengths.
     fn check_partition(&self, stored_len: usize, raw_len: usize) -> Result<(), Detail> {
-        let stored: u64 = self.frames.iter().map(|f| u64::from(f.stored_len)).sum();
-        let raw: u64 = self.frames.iter().map(|f| u64::from(f.raw_len)).sum();
-        if stored != stored_len as u64 || raw != raw_len as u64 {
-            return Err(format!(
-                "frames hold {stored} stored / {raw} raw bytes, partition {stored_len} / {raw_len}"
-            ));
-        }
-        Ok(())
+        let lens = self.frames.iter().map(|f| (f.stored_len, f.raw_len));
+        check_frame_lengths(lens, stored_len, raw_len, "frames")
     }
 }
 
