@@ -423,16 +423,32 @@ pub struct EngineMeta {
     pub applied_lsn: Lsn,
 }
 
-fn check_magic(what: &'static str, buf: &[u8], expected: &'static [u8; 4]) -> Result<(), CodecError> {
+/// Checks the 4-byte magic and the u32 format version after it (`BadMagic`, then `Truncated`,
+/// then `UnsupportedVersion`); returns a reader positioned after them.
+fn versioned_reader<'a>(
+    what: &'static str,
+    buf: &'a [u8],
+    magic: &'static [u8; 4],
+    supported: u32,
+) -> Result<Reader<'a>, CodecError> {
     let head = &buf[..buf.len().min(4)];
-    if head != expected {
+    if head != magic {
         return Err(CodecError::BadMagic {
             what,
             found: head.to_vec(),
-            expected,
+            expected: magic,
         });
     }
-    Ok(())
+    let mut r = Reader { what, buf, pos: 4 };
+    let version = r.u32()?;
+    if version != supported {
+        return Err(CodecError::UnsupportedVersion {
+            what,
+            found: version,
+            supported,
+        });
+    }
+    Ok(r)
 }
 
 impl EngineMeta {
@@ -453,20 +469,7 @@ impl EngineMeta {
     /// as a version error), length (`Truncated` / `TrailingBytes`), crc32c (`Checksum`).
     pub fn decode(buf: &[u8]) -> Result<Self, CodecError> {
         const WHAT: &str = "engine meta";
-        check_magic(WHAT, buf, META_MAGIC)?;
-        let mut r = Reader {
-            what: WHAT,
-            buf,
-            pos: 4,
-        };
-        let version = r.u32()?;
-        if version != META_FORMAT_VERSION {
-            return Err(CodecError::UnsupportedVersion {
-                what: WHAT,
-                found: version,
-                supported: META_FORMAT_VERSION,
-            });
-        }
+        let mut r = versioned_reader(WHAT, buf, META_MAGIC, META_FORMAT_VERSION)?;
         let db_id = r.u64()?;
         let applied_lsn = r.u64()?;
         let stored = r.u32()?;
@@ -495,21 +498,7 @@ pub fn encode_log_identity(db_id: u64) -> [u8; LOG_IDENTITY_LEN] {
 /// Decodes a log identity into its `db_id`. Errors: `BadMagic`, `UnsupportedVersion`,
 /// `Truncated`, `TrailingBytes`.
 pub fn decode_log_identity(buf: &[u8]) -> Result<u64, CodecError> {
-    const WHAT: &str = "log identity";
-    check_magic(WHAT, buf, LOG_IDENTITY_MAGIC)?;
-    let mut r = Reader {
-        what: WHAT,
-        buf,
-        pos: 4,
-    };
-    let version = r.u32()?;
-    if version != LOG_IDENTITY_VERSION {
-        return Err(CodecError::UnsupportedVersion {
-            what: WHAT,
-            found: version,
-            supported: LOG_IDENTITY_VERSION,
-        });
-    }
+    let mut r = versioned_reader("log identity", buf, LOG_IDENTITY_MAGIC, LOG_IDENTITY_VERSION)?;
     let db_id = r.u64()?;
     r.finish()?;
     Ok(db_id)

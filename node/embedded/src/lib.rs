@@ -605,26 +605,18 @@ impl Db {
     /// Checks `ops` against the size limits and encodes them.
     fn encode_checked(&self, ops: &[WriteOp]) -> Result<Vec<u8>> {
         let o = &self.shared.opts;
-        let key = |what: &str, k: &[u8]| {
-            if k.len() > o.max_key_bytes {
+        // `what` of `b.len()` bytes against the limit `name` = `max`.
+        let within = |what: &str, b: &[u8], name: &str, max: usize| {
+            if b.len() > max {
                 return Err(EmbeddedError::InvalidArgument(format!(
-                    "{what} of {} bytes above max_key_bytes {}",
-                    k.len(),
-                    o.max_key_bytes
+                    "{what} of {} bytes above {name} {max}",
+                    b.len()
                 )));
             }
             Ok(())
         };
-        let value = |what: &str, v: &[u8]| {
-            if v.len() > o.max_value_bytes {
-                return Err(EmbeddedError::InvalidArgument(format!(
-                    "{what} of {} bytes above max_value_bytes {}",
-                    v.len(),
-                    o.max_value_bytes
-                )));
-            }
-            Ok(())
-        };
+        let key = |what: &str, k: &[u8]| within(what, k, "max_key_bytes", o.max_key_bytes);
+        let value = |what: &str, v: &[u8]| within(what, v, "max_value_bytes", o.max_value_bytes);
         let operand = |op: &UpsertOp| match op {
             UpsertOp::Add(_) => Ok(()),
             UpsertOp::SetIfAbsent(v) | UpsertOp::Append(v) | UpsertOp::Max(v) => value("upsert operand", v),

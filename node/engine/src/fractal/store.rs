@@ -1303,32 +1303,6 @@ impl Store {
         }
     }
 
-    /// Forgets every node (cache and BTT); blocks are released. Used when a bulk load replaces
-    /// the whole tree.
-    pub fn forget_all(&mut self) {
-        let mut runs = self.run_indexes.lock();
-        runs.map.clear();
-        runs.bytes = 0;
-        drop(runs);
-        self.partial.clear();
-        self.partial_internal.clear();
-        self.partial_bytes = 0;
-        self.pending_runs.clear();
-        self.pending_run_bytes = 0;
-        self.runs_not_handed_over = 0;
-        self.write_soon.clear();
-        self.cache.clear();
-        self.ring.clear();
-        self.ring_members.clear();
-        self.hand = 0;
-        self.cached_bytes = 0;
-        self.dirty_bytes = 0;
-        let locs: Vec<BlockLoc> = self.btt.drain().map(|(_, l)| l).collect();
-        for l in locs {
-            self.release(l);
-        }
-    }
-
     /// Evicts clean nodes (writing dirty ones first, copy-on-write) with CLOCK until the cache
     /// fits its budget. `pinned` (the root) is never evicted.
     pub fn evict_to_budget(&mut self, pinned: NodeId) -> Result<()> {
