@@ -12,15 +12,18 @@ J="$BIN/ftkv-jepsen"
 STORE=${1:-target/jepsen-store}
 FAILED=0
 PASSED=0
+LOGS=$(mktemp -d)
+FAILED_NAMES=()
 
 expect() { # expect CODE NAME ARGS...
   local want=$1 name=$2; shift 2
-  "$J" "$@" --store "$STORE"
-  local got=$?
+  "$J" "$@" --store "$STORE" 2>&1 | tee "$LOGS/$name.log"
+  local got=${PIPESTATUS[0]}
   if [ "$got" -eq "$want" ]; then
     echo "ci-suite: $name: exit $got as expected"; PASSED=$((PASSED + 1))
   else
     echo "ci-suite: $name: exit $got, expected $want"; FAILED=$((FAILED + 1))
+    FAILED_NAMES+=("$name")
   fi
 }
 
@@ -38,5 +41,12 @@ expect 0 "register-membership" test --workload register --nemesis membership --t
 expect 1 "canary-unsafe-local-reads" test --workload register --nemesis partition --time-limit 30s \
   --substrate netns --concurrency 6 --rate 60 --seed 4 --node-arg=--unsafe-local-reads --name canary-local-reads
 expect 0 "scenarios" scenario tests/scenarios
-echo "$PASSED passed, $FAILED failed"
+# The failures again at the end (CI logs are often read from the tail): each one's verdict lines.
+for name in "${FAILED_NAMES[@]}"; do
+  echo "== ci-suite: FAILED $name (checker lines and the end of its output):"
+  grep -E "^  [a-z-]+ +(valid|INVALID|unknown)|verdict|harness failure|replay:|report:" "$LOGS/$name.log" | head -40
+  tail -n 15 "$LOGS/$name.log"
+done
+rm -rf "$LOGS"
+echo "$PASSED passed, $FAILED failed${FAILED_NAMES[*]:+: ${FAILED_NAMES[*]}}"
 [ "$FAILED" -eq 0 ]

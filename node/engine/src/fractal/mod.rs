@@ -57,10 +57,15 @@
 //! and a later lookup reads one frame. The side cache holds a quarter of the budget, or what
 //! the node cache leaves free; it gives decoded frames back first and skeletons last.
 //!
-//! Not yet built (see issue 3): background flushing of internal buffers (flushes between
-//! internal nodes run on the writer) and hole punching of freed blocks (they are reused and the
-//! file tail is cut). Write-ahead logging is outside the engine: a node replays its Raft log,
-//! and embedded mode (crate `ftkv-embedded`) replays its own instance of the log.
+//! [`cleaner`]: a third thread flushes internal buffers between write batches (PerconaFT's
+//! cleaner thread): woken by a batch that left the root half gorged or the cache under
+//! pressure, and every second, it flushes the fullest cached internal node's heaviest buffer,
+//! one buffer per hold of the engine lock, so writes find room at the root instead of running
+//! the flush cascade themselves.
+//!
+//! Not yet built (see issue 3): hole punching of freed blocks (they are reused and the file
+//! tail is cut). Write-ahead logging is outside the engine: a node replays its Raft log, and
+//! embedded mode (crate `ftkv-embedded`) replays its own instance of the log.
 
 //! Concurrency: a read-write lock guards the tree. Reads whose nodes are all cached run
 //! concurrently under the shared lock (CLOCK counts are atomics); a read that misses retries
@@ -68,6 +73,9 @@
 
 #[cfg(test)]
 mod checkpoint_tests;
+pub mod cleaner;
+#[cfg(test)]
+mod cleaner_tests;
 pub mod codec;
 pub mod filter;
 pub mod flusher;
@@ -83,8 +91,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ftkv_vfs::{Vfs, VfsFile};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 
+use self::cleaner::{Cleaner, Step, DEFAULT_CLEANER_PERIOD_MS};
 use self::codec::{decode_btt, decode_header, BlockLoc, BttImage, Header, HEADER_BYTES, HEADER_SLOT_BYTES};
 use self::flusher::{FlushTotals, Flusher};
 use self::msg::{Msg, PointOp, RangeMsg, RangeOp};
@@ -101,7 +110,10 @@ const TREE_TMP_NAME: &str = "tree.ftkv.tmp";
 
 /// The fractal-tree engine (`engine.kind = "fractal"`).
 pub struct FractalEngine {
-    inner: RwLock<Inner>,
+    /// Background flushing of internal buffers (`None`: off, or the thread could not start).
+    /// Declared first: dropping it joins the thread before the tree goes.
+    cleaner: Option<Cleaner>,
+    inner: Arc<RwLock<Inner>>,
     path: PathBuf,
     /// Serializes checkpoints (and bulk loads, which end with one); taken before `inner`.
     checkpoint_lock: Mutex<()>,
@@ -114,6 +126,9 @@ struct Inner {
     poisoned: bool,
     /// Background writer of idle dirty nodes (`None`: written inline).
     writeback: Option<Writeback>,
+    /// The error that poisoned the engine on the cleaner thread, returned by the next write
+    /// (then writes get `Poisoned`).
+    background_error: Option<EngineError>,
 }
 
 fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> EngineError {
@@ -132,6 +147,18 @@ impl FractalEngine {
 
     /// Like [`FractalEngine::open`] with explicit tree shape (small nodes in tests).
     pub fn open_with_params(vfs: Arc<dyn Vfs>, opts: &EngineOptions, params: TreeParams) -> Result<Self> {
+        Self::open_with_cleaner(vfs, opts, params, Some(DEFAULT_CLEANER_PERIOD_MS))
+    }
+
+    /// Like [`FractalEngine::open_with_params`], with the cleaner thread's period in
+    /// milliseconds ([`cleaner`]), or `None` for no cleaner (every flush then runs inside
+    /// write batches; tests that count flushes use it). Errors: as [`FractalEngine::open`].
+    pub fn open_with_cleaner(
+        vfs: Arc<dyn Vfs>,
+        opts: &EngineOptions,
+        params: TreeParams,
+        cleaner_period_ms: Option<u64>,
+    ) -> Result<Self> {
         params.validate()?;
         vfs.create_dir_all(&opts.dir)
             .map_err(io(format!("create {}", opts.dir.display())))?;
@@ -155,12 +182,22 @@ impl FractalEngine {
             let share = tree.store.budget_bytes() / 4;
             tree.store.set_background_share(share);
         }
+        let inner = Arc::new(RwLock::new(Inner {
+            tree,
+            poisoned: false,
+            writeback,
+            background_error: None,
+        }));
+        let cleaner = cleaner_period_ms.and_then(|period_ms| {
+            let weak = Arc::downgrade(&inner);
+            Cleaner::start(period_ms, move || match weak.upgrade() {
+                Some(inner) => clean_step(&inner),
+                None => Step::Stop,
+            })
+        });
         Ok(FractalEngine {
-            inner: RwLock::new(Inner {
-                tree,
-                poisoned: false,
-                writeback,
-            }),
+            cleaner,
+            inner,
             path,
             checkpoint_lock: Mutex::new(()),
             last_checkpoint: Mutex::new(None),
@@ -375,12 +412,47 @@ fn to_msg(op: &WriteOp, msn: u64) -> Option<Msg> {
     })
 }
 
+/// One cleaner step under the exclusive lock: flush one buffer ([`Tree::clean_step`]), keep
+/// the cache in budget, and start writeback of what it dirtied; the lock then goes straight to
+/// a waiting writer or reader. An error poisons the engine and is kept for the next write.
+fn clean_step(inner: &RwLock<Inner>) -> Step {
+    let mut g = inner.write();
+    if g.poisoned {
+        return Step::Stop;
+    }
+    let r = g
+        .mutate(|t| {
+            let flushed = t.clean_step()?;
+            t.store.evict_to_budget(t.root)?;
+            Ok(flushed)
+        })
+        .and_then(|flushed| {
+            if flushed {
+                g.writeback_step()?;
+            }
+            Ok(flushed)
+        });
+    match r {
+        Ok(true) => {
+            RwLockWriteGuard::unlock_fair(g);
+            Step::Again
+        }
+        Ok(false) => Step::Idle,
+        Err(e) => {
+            g.poisoned = true;
+            g.background_error = Some(e);
+            Step::Stop
+        }
+    }
+}
+
 impl Inner {
     /// Runs a mutation; any error poisons the engine (the in-memory tree may be half-updated;
-    /// the file still holds the last checkpoint).
+    /// the file still holds the last checkpoint). On a poisoned engine returns the error the
+    /// cleaner thread met, once, then `Poisoned`.
     fn mutate<T>(&mut self, f: impl FnOnce(&mut Tree) -> Result<T>) -> Result<T> {
         if self.poisoned {
-            return Err(EngineError::Poisoned);
+            return Err(self.background_error.take().unwrap_or(EngineError::Poisoned));
         }
         let r = f(&mut self.tree);
         if r.is_err() {
@@ -527,7 +599,13 @@ impl Engine for FractalEngine {
         })?;
         // Dirty nodes are written continuously, so a checkpoint stays short and eviction finds
         // clean nodes.
-        inner.writeback_step()
+        inner.writeback_step()?;
+        let wake = inner.tree.wants_cleaning();
+        drop(inner);
+        if let (true, Some(c)) = (wake, self.cleaner.as_ref()) {
+            c.wake();
+        }
+        Ok(())
     }
 
     fn meta(&self) -> Result<Option<Vec<u8>>> {

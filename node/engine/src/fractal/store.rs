@@ -1228,6 +1228,12 @@ impl Store {
         })
     }
 
+    /// Cached node `id` without touching its CLOCK count (for scans of the cache that must not
+    /// change what gets evicted).
+    pub fn peek_quiet(&self, id: NodeId) -> Option<&Node> {
+        self.cache.get(&id).map(|e| &*e.node)
+    }
+
     /// Removes a cache entry, keeping the byte counters exact.
     fn remove_entry(&mut self, id: NodeId) -> Option<Entry> {
         let e = self.cache.remove(&id)?;

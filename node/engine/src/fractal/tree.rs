@@ -245,6 +245,8 @@ pub struct SpillStats {
     pub runs_merged: u64,
     /// Point messages applied straight to an edge leaf (the sequential-insert fast path).
     pub edge_inserts: u64,
+    /// Buffers flushed (or spilled) by the cleaner thread between write batches.
+    pub cleaner_flushes: u64,
 }
 
 impl Tree {
@@ -405,12 +407,7 @@ impl Tree {
     /// pressure, ENGINE.md).
     fn flush_while_gorged(&mut self, n: &mut Internal, edges: Edges, is_root: bool) -> Result<()> {
         let mut rounds = 0;
-        let pressure = self.store.under_pressure();
-        let limit = if is_root || !pressure {
-            self.params.node_size_bytes
-        } else {
-            self.params.node_size_bytes / 4
-        };
+        let limit = self.gorge_limit_bytes(is_root, self.store.under_pressure());
         while n.size_bytes() > limit && rounds < 4 * self.params.fanout + 16 {
             let Some(i) = n.heaviest_buffer() else { break };
             rounds += 1;
@@ -625,18 +622,30 @@ impl Tree {
             return Ok(());
         }
         let i = child_index(&n.pivots, &flight.probe_key);
+        self.below_child(n, i, edges, |t, c, ce| t.install_below(c, ce, flight, done))
+    }
+
+    /// Runs `f` on internal child `i` of `n` (taken from the cache, with its edges), then puts
+    /// the child back, splitting it when it outgrew a node and buffer `i` is empty: a split adds
+    /// pivots to `n`, and buffer `i` may hold messages for the whole old range, so otherwise the
+    /// child stays over the fanout until the next flush into it (which empties the buffer
+    /// first) splits it. Errors: `Corruption` when the child is missing or is a leaf.
+    fn below_child(
+        &mut self,
+        n: &mut Internal,
+        i: usize,
+        edges: Edges,
+        f: impl FnOnce(&mut Self, &mut Internal, Edges) -> Result<()>,
+    ) -> Result<()> {
         let Some(&cid) = n.children.get(i) else {
             return Err(corrupt(format!("node child {i}"), "missing child"));
         };
         let ce = child_edges(edges, i, n.children.len());
         let mut child = self.store.take(cid)?;
         let r = match &mut child {
-            Node::Internal(c) => self.install_below(c, ce, flight, done),
+            Node::Internal(c) => f(self, c, ce),
             Node::Leaf(_) => Err(corrupt(format!("node {cid}"), "a leaf above height 1")),
         };
-        // A split adds pivots to `n`; buffer `i` may hold messages for the whole old range, so
-        // the child splits only when that buffer is empty. Otherwise it stays over the fanout
-        // until the next flush into it (which empties the buffer first) splits it.
         if n.buffers.get(i).is_some_and(Buffer::is_empty) {
             let extras = self.split_if_needed(&mut child, ce);
             self.store.put(cid, child);
@@ -645,6 +654,105 @@ impl Tree {
             self.store.put(cid, child);
         }
         r
+    }
+
+    // --------------------------------------------------------------------------------------
+    // Background flushing of internal buffers (the cleaner)
+    // --------------------------------------------------------------------------------------
+
+    /// One step of background flushing, run by the cleaner thread between write batches
+    /// (PerconaFT's cleaner thread, `toku_cleaner_thread` in `ft/cachetable/cachetable.cc` and
+    /// `toku_ftnode_cleaner_callback` in `ft/ft-flusher.cc`: it picks the node with the most
+    /// buffered bytes and flushes its heaviest child buffer). Installs finished leaf flushes,
+    /// then, among the cached internal nodes holding at least half their gorge limit
+    /// ([`Tree::gorge_limit_bytes`]), takes the fullest (buffered bytes over its limit; the
+    /// higher node on a tie) and flushes its heaviest buffer (delete-heavy buffers weigh more)
+    /// into the child, or spills it when the child is not cached, cascading like a writer's
+    /// flush. The writer then finds buffers with room, so ingest (a gorged root) and cache
+    /// pressure (internal nodes gorge at a quarter node) are drained between batches instead of
+    /// inside them. Returns true when it flushed something (call again), false when no node
+    /// was worth it. Errors: as a writer's flush (`Io`, `Corruption`).
+    pub fn clean_step(&mut self) -> Result<bool> {
+        self.install_finished_flushes()?;
+        let Some(path) = self.cleaning_target() else {
+            return Ok(false);
+        };
+        let root_id = self.root;
+        let mut root = self.store.take(root_id)?;
+        let r = match &mut root {
+            Node::Internal(n) => self.clean_at(n, ROOT_EDGES, &path),
+            Node::Leaf(_) => Ok(()),
+        };
+        self.fix_root(root_id, root)?;
+        r?;
+        self.spill_stats.cleaner_flushes += 1;
+        Ok(true)
+    }
+
+    /// Whether the cleaner should run now: the root holds half its gorge limit, or the cache
+    /// is under pressure (cheap: no walk).
+    pub fn wants_cleaning(&self) -> bool {
+        self.store.under_pressure()
+            || matches!(self.store.peek_quiet(self.root),
+                Some(Node::Internal(n)) if n.size_bytes() * 2 >= self.params.node_size_bytes)
+    }
+
+    /// Size above which internal node `n` is gorged: a node at the root, or any node while the
+    /// cache has room; a quarter node below the root under cache pressure (see
+    /// [`Tree::flush_while_gorged`]).
+    fn gorge_limit_bytes(&self, is_root: bool, pressure: bool) -> usize {
+        if is_root || !pressure {
+            self.params.node_size_bytes
+        } else {
+            self.params.node_size_bytes / 4
+        }
+    }
+
+    /// Child indexes from the root to the cached internal node the cleaner should flush
+    /// (empty: the root), or `None` when none holds half its gorge limit. Looks only at cached
+    /// nodes and leaves their CLOCK counts alone.
+    fn cleaning_target(&self) -> Option<Vec<usize>> {
+        let pressure = self.store.under_pressure();
+        let mut best: Option<(u64, Vec<usize>)> = None;
+        let mut stack = vec![(self.root, Vec::new())];
+        while let Some((id, path)) = stack.pop() {
+            let Some(Node::Internal(n)) = self.store.peek_quiet(id) else {
+                continue;
+            };
+            let limit = self.gorge_limit_bytes(path.is_empty(), pressure).max(1);
+            let size = n.size_bytes();
+            // Fullness in 1/1024ths of the limit; ties go to the higher node (found first).
+            let fullness = (size as u64).saturating_mul(1024) / limit as u64;
+            if size * 2 >= limit
+                && n.heaviest_buffer().is_some()
+                && best.as_ref().is_none_or(|(f, _)| fullness > *f)
+            {
+                best = Some((fullness, path.clone()));
+            }
+            if n.height > 1 {
+                for (i, &c) in n.children.iter().enumerate().rev() {
+                    let mut p = path.clone();
+                    p.push(i);
+                    stack.push((c, p));
+                }
+            }
+        }
+        best.map(|(_, p)| p)
+    }
+
+    /// Follows `path` from `n` and flushes the heaviest buffer of the node it ends at.
+    fn clean_at(&mut self, n: &mut Internal, edges: Edges, path: &[usize]) -> Result<()> {
+        if let Some((&i, rest)) = path.split_first() {
+            return self.below_child(n, i, edges, |t, c, ce| t.clean_at(c, ce, rest));
+        }
+        let Some(i) = n.heaviest_buffer() else {
+            return Ok(());
+        };
+        if !self.spill_if_child_uncached(n, i)? {
+            let ce = child_edges(edges, i, n.children.len());
+            self.flush_into_child(n, i, ce)?;
+        }
+        Ok(())
     }
 
     /// Waits for every background flush and forgets it (before the tree is replaced).

@@ -1,0 +1,117 @@
+//! The cleaner thread: background flushing of internal buffers between write batches
+//! (PerconaFT's cleaner thread, `toku_cleaner_thread` in `ft/cachetable/cachetable.cc`, which
+//! every `cleaner_period` seconds runs `cleaner_iterations` flushes of the node with the most
+//! buffered bytes).
+//!
+//! The writer wakes it after a batch that left the root at half its gorge limit or the cache
+//! under pressure (flushing driven by ingest and by cache pressure); it also wakes every period
+//! on its own. Each round runs steps until a step finds nothing worth flushing (at most
+//! [`MAX_STEPS_PER_ROUND`]). A step ([`super::tree::Tree::clean_step`]) holds the engine's
+//! exclusive lock for one buffer flush and hands the lock straight to a waiting writer or reader
+//! when it ends, so a write waits for at most one flush instead of doing the cascade itself.
+//! The tree keeps one writer at a time: the cleaner takes turns with the state machine's
+//! writes, it does not run beside them.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+/// Steps per round at most (then the thread sleeps until the next wake or period).
+pub(crate) const MAX_STEPS_PER_ROUND: usize = 256;
+
+/// Default time between rounds when nobody wakes the thread, in milliseconds (PerconaFT's
+/// `cleaner_period` default is 1 s).
+pub const DEFAULT_CLEANER_PERIOD_MS: u64 = 1_000;
+
+/// What a step reports.
+pub(crate) enum Step {
+    /// It flushed something: run another step.
+    Again,
+    /// Nothing worth flushing: sleep until woken.
+    Idle,
+    /// The engine is poisoned: stop the thread.
+    Stop,
+}
+
+#[derive(Default)]
+struct State {
+    wake: bool,
+    stop: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+/// Handle of the cleaner thread; dropping it stops and joins the thread.
+pub(crate) struct Cleaner {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Cleaner {
+    /// Starts the thread, running `step` in rounds every `period_ms` and when woken; `None`
+    /// when the thread cannot be started (then nothing flushes in the background and writers
+    /// flush as before).
+    pub(crate) fn start(period_ms: u64, mut step: impl FnMut() -> Step + Send + 'static) -> Option<Cleaner> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            cv: Condvar::new(),
+        });
+        let theirs = Arc::clone(&shared);
+        let period = Duration::from_millis(period_ms.max(1));
+        let thread = std::thread::Builder::new()
+            .name("ftkv-cleaner".into())
+            .spawn(move || loop {
+                {
+                    let mut st = theirs.state.lock();
+                    if !st.wake && !st.stop {
+                        theirs.cv.wait_for(&mut st, period);
+                    }
+                    if st.stop {
+                        return;
+                    }
+                    st.wake = false;
+                }
+                for _ in 0..MAX_STEPS_PER_ROUND {
+                    match step() {
+                        Step::Again => {
+                            if theirs.state.lock().stop {
+                                return;
+                            }
+                        }
+                        Step::Idle => break,
+                        Step::Stop => return,
+                    }
+                }
+            })
+            .ok()?;
+        Some(Cleaner {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Asks for a round now (cheap: a mutex and a notify).
+    pub(crate) fn wake(&self) {
+        let mut st = self.shared.state.lock();
+        if !st.wake {
+            st.wake = true;
+            self.shared.cv.notify_one();
+        }
+    }
+}
+
+impl Drop for Cleaner {
+    /// Stops the thread after its current step and joins it.
+    fn drop(&mut self) {
+        self.shared.state.lock().stop = true;
+        self.shared.cv.notify_one();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

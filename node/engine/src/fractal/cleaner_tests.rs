@@ -1,0 +1,244 @@
+//! The cleaner thread: it drains gorged internal buffers with no write to drive it, it takes
+//! turns with writers, readers and checkpoints without changing what they see, and an I/O
+//! error it meets poisons the engine and is returned, named, by the next write.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ftkv_vfs::{FaultVfs, Vfs};
+
+use super::node::Node;
+use super::{FractalEngine, TreeParams};
+use crate::model::{apply_ops, assert_same_as_model};
+use crate::{Engine, EngineError, EngineOptions, UpsertOp, WriteOp};
+
+const SMALL: TreeParams = TreeParams {
+    node_size_bytes: 4096,
+    basement_size_bytes: 512,
+    fanout: 4,
+};
+
+fn open(vfs: &Arc<FaultVfs>, cache_size_bytes: u64, cleaner_period_ms: Option<u64>) -> FractalEngine {
+    FractalEngine::open_with_cleaner(
+        vfs.clone() as Arc<dyn Vfs>,
+        &EngineOptions {
+            dir: Path::new("/engine").to_path_buf(),
+            cache_size_bytes,
+            compression_level: Some(1),
+        },
+        SMALL,
+        cleaner_period_ms,
+    )
+    .unwrap()
+}
+
+/// Random puts, deletes, upserts and an occasional range delete over 4,000 keys (LCG `x`).
+fn batch(x: &mut u64, round: u64) -> Vec<WriteOp> {
+    (0..30)
+        .map(|_| {
+            *x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let key = format!("key{:06}", (*x >> 33) % 4000).into_bytes();
+            match *x % 41 {
+                0 => WriteOp::DeleteRange {
+                    end: Some(format!("key{:06}", (*x >> 33) % 4000 + 7).into_bytes()),
+                    start: key,
+                },
+                1..=3 => WriteOp::Delete { key },
+                4..=6 => WriteOp::Upsert {
+                    key,
+                    op: UpsertOp::Append(b"+".to_vec()),
+                },
+                _ => WriteOp::Put {
+                    key,
+                    value: format!("r{round}-{}-padding-padding", *x % 997).into_bytes(),
+                },
+            }
+        })
+        .collect()
+}
+
+/// Bytes buffered in the root (0 when it is a leaf or not cached).
+fn root_buffered_bytes(e: &FractalEngine) -> usize {
+    let inner = e.inner.read();
+    match inner.tree.store.peek_quiet(inner.tree.root) {
+        Some(Node::Internal(n)) => n.size_bytes(),
+        _ => 0,
+    }
+}
+
+fn contents(e: &FractalEngine) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    e.scan(b"", None, usize::MAX).unwrap().into_iter().collect()
+}
+
+#[test]
+fn cleaner_drains_a_half_gorged_root_with_no_write_to_drive_it() {
+    let vfs = FaultVfs::new(11);
+    // A period far beyond the test: only the writer's wake can start it.
+    let e = open(&vfs, 64 << 20, Some(600_000));
+    let mut model = BTreeMap::new();
+    let mut x = 5u64;
+    let half = SMALL.node_size_bytes / 2;
+    let mut round = 0;
+    // Write until a batch leaves the root at least half gorged (the tree has grown past one
+    // leaf by then).
+    loop {
+        let ops = batch(&mut x, round);
+        e.write(&ops, None).unwrap();
+        apply_ops(&mut model, &ops);
+        round += 1;
+        if e.inner
+            .read()
+            .tree
+            .store
+            .peek_quiet(e.inner.read().tree.root)
+            .is_some_and(|n| n.height() >= 2)
+            && root_buffered_bytes(&e) >= half
+        {
+            break;
+        }
+        assert!(round < 5_000, "the root never reached half its gorge limit");
+    }
+    // No more writes: the cleaner alone must bring the root under half.
+    let t0 = Instant::now();
+    while root_buffered_bytes(&e) >= half {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the root still holds {} bytes (limit {}) 20 s after the last write; cleaner flushes {}",
+            root_buffered_bytes(&e),
+            SMALL.node_size_bytes,
+            e.spill_stats().cleaner_flushes
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(e.spill_stats().cleaner_flushes > 0);
+    assert_same_as_model(&contents(&e), &model, "after the cleaner drained the root");
+    for (k, v) in model.iter().step_by(13) {
+        assert_eq!(
+            e.get(k).unwrap().as_ref(),
+            Some(v),
+            "key {:?}",
+            String::from_utf8_lossy(k)
+        );
+    }
+    e.check_integrity().unwrap();
+}
+
+#[test]
+fn cleaner_beside_writers_readers_and_checkpoints_keeps_the_model() {
+    let vfs = FaultVfs::new(12);
+    // A small cache: spills, runs and evictions happen, and the cleaner runs every millisecond.
+    let e = Arc::new(open(&vfs, 96 << 10, Some(1)));
+    let stop = Arc::new(AtomicBool::new(false));
+    // A reader beside everything: every key it reads is one the writer wrote ("key" prefix) and
+    // no read fails.
+    let reader = {
+        let e = Arc::clone(&e);
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut reads = 0u64;
+            let mut y = 99u64;
+            while !stop.load(Ordering::Relaxed) {
+                y = y.wrapping_mul(6364136223846793005).wrapping_add(1);
+                let k = format!("key{:06}", (y >> 33) % 4000);
+                let _ = e.get(k.as_bytes()).unwrap();
+                let rows = e.scan(k.as_bytes(), None, 20).unwrap();
+                assert!(rows.windows(2).all(|w| w[0].0 < w[1].0), "scan out of order");
+                reads += 1;
+            }
+            reads
+        })
+    };
+    let mut model = BTreeMap::new();
+    let mut checkpointed = BTreeMap::new();
+    let mut x = 17u64;
+    for round in 0..400 {
+        let ops = batch(&mut x, round);
+        e.write(&ops, Some(format!("round {round}").as_bytes())).unwrap();
+        apply_ops(&mut model, &ops);
+        if round % 60 == 59 {
+            e.checkpoint().unwrap();
+            checkpointed = model.clone();
+        }
+        if round % 25 == 0 {
+            // Give the cleaner turns between batches.
+            std::thread::sleep(Duration::from_millis(3));
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(reader.join().unwrap() > 0);
+    assert!(e.spill_stats().cleaner_flushes > 0, "the cleaner never flushed");
+    assert_same_as_model(&contents(&e), &model, "live tree after 400 rounds");
+    e.check_integrity().unwrap();
+    // A crash returns the last checkpoint, whatever the cleaner changed after it.
+    drop(Arc::into_inner(e).unwrap());
+    vfs.crash(true);
+    let e = open(&vfs, 96 << 10, Some(1));
+    assert_same_as_model(&contents(&e), &checkpointed, "after a crash");
+    e.check_integrity().unwrap();
+}
+
+#[test]
+fn an_io_error_on_the_cleaner_thread_poisons_and_is_returned_by_the_next_write() {
+    let vfs = FaultVfs::new(13);
+    // No periodic rounds: the cleaner runs only when woken.
+    let e = open(&vfs, 64 << 10, Some(600_000));
+    let mut x = 23u64;
+    for round in 0..200 {
+        e.write(&batch(&mut x, round), None).unwrap();
+    }
+    e.checkpoint().unwrap();
+    // Every I/O fails from now on. Work for the cleaner without a write: messages pushed into
+    // the root's buffers up to half its gorge limit (no flush, so no I/O on this thread), then
+    // a wake; again until the cleaner's flushes reach a node or run that needs the disk.
+    vfs.fail_after(Some(0));
+    let before = e.spill_stats().cleaner_flushes;
+    let t0 = Instant::now();
+    let mut i = 0u64;
+    while !e.inner.read().poisoned {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the cleaner did not meet the fault (cleaner flushes {before} -> {})",
+            e.spill_stats().cleaner_flushes
+        );
+        {
+            let mut inner = e.inner.write();
+            if inner.poisoned {
+                break;
+            }
+            let t = &mut inner.tree;
+            while root_size(t) * 2 < SMALL.node_size_bytes {
+                let msn = t.next_msn();
+                t.inject(super::msg::Msg::Point {
+                    msn,
+                    key: format!("key{:06}-injected-{i}", (i * 37) % 4000).into_bytes(),
+                    op: super::msg::PointOp::Put(b"injected".to_vec()),
+                })
+                .unwrap();
+                i += 1;
+            }
+        }
+        e.cleaner.as_ref().unwrap().wake();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(e.spill_stats().cleaner_flushes > before);
+    let first = e.write(&batch(&mut x, 999), None).unwrap_err();
+    assert!(
+        matches!(first, EngineError::Io { .. }),
+        "the first write after a background fault must name it, got {first}"
+    );
+    let second = e.write(&batch(&mut x, 1000), None).unwrap_err();
+    assert!(matches!(second, EngineError::Poisoned), "got {second}");
+}
+
+fn root_size(t: &super::tree::Tree) -> usize {
+    match t.store.peek_quiet(t.root) {
+        Some(Node::Internal(n)) => n.size_bytes(),
+        _ => usize::MAX / 4,
+    }
+}
