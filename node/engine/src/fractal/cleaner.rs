@@ -3,9 +3,11 @@
 //! every `cleaner_period` seconds runs `cleaner_iterations` flushes of the node with the most
 //! buffered bytes).
 //!
-//! The writer wakes it after a batch that left the root at half its gorge limit or the cache
-//! under pressure (flushing driven by ingest and by cache pressure); it also wakes every period
-//! on its own. Each round runs steps until a step finds nothing worth flushing (at most
+//! The writer wakes it after a batch that left the root about to gorge (flushing driven by
+//! ingest; it then flushes only nodes near their gorge limit, which under cache pressure is a
+//! quarter node below the root, so pressure drives it too); it also wakes every period on its
+//! own, and once no write came for a period it drains every cached internal node to half its
+//! limit. Each round runs steps until a step finds nothing worth flushing (at most
 //! [`MAX_STEPS_PER_ROUND`]). A step ([`super::tree::Tree::clean_step`]) holds the engine's
 //! exclusive lock for one buffer flush and hands the lock straight to a waiting writer or reader
 //! when it ends, so a write waits for at most one flush instead of doing the cascade itself.

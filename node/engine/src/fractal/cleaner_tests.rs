@@ -79,8 +79,8 @@ fn contents(e: &FractalEngine) -> BTreeMap<Vec<u8>, Vec<u8>> {
 #[test]
 fn cleaner_drains_a_half_gorged_root_with_no_write_to_drive_it() {
     let vfs = FaultVfs::new(11);
-    // A period far beyond the test: only the writer's wake can start it.
-    let e = open(&vfs, 64 << 20, Some(600_000));
+    // Rounds every 50 ms: once no write came for a period, the cleaner drains to half.
+    let e = open(&vfs, 64 << 20, Some(50));
     let mut model = BTreeMap::new();
     let mut x = 5u64;
     let half = SMALL.node_size_bytes / 2;
@@ -194,8 +194,9 @@ fn an_io_error_on_the_cleaner_thread_poisons_and_is_returned_by_the_next_write()
     }
     e.checkpoint().unwrap();
     // Every I/O fails from now on. Work for the cleaner without a write: messages pushed into
-    // the root's buffers up to half its gorge limit (no flush, so no I/O on this thread), then
-    // a wake; again until the cleaner's flushes reach a node or run that needs the disk.
+    // the root's buffers up to its busy threshold, short of its gorge limit (no flush, so no
+    // I/O on this thread), then a wake; again until the cleaner's flushes reach a node or run
+    // that needs the disk.
     vfs.fail_after(Some(0));
     let before = e.spill_stats().cleaner_flushes;
     let t0 = Instant::now();
@@ -212,7 +213,9 @@ fn an_io_error_on_the_cleaner_thread_poisons_and_is_returned_by_the_next_write()
                 break;
             }
             let t = &mut inner.tree;
-            while root_size(t) * 2 < SMALL.node_size_bytes {
+            while (root_size(t) as u64) * 1024
+                < SMALL.node_size_bytes as u64 * super::tree::CLEAN_BUSY_FULLNESS_1024
+            {
                 let msn = t.next_msn();
                 t.inject(super::msg::Msg::Point {
                     msn,

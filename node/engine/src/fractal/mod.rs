@@ -58,10 +58,10 @@
 //! the node cache leaves free; it gives decoded frames back first and skeletons last.
 //!
 //! [`cleaner`]: a third thread flushes internal buffers between write batches (PerconaFT's
-//! cleaner thread): woken by a batch that left the root half gorged or the cache under
-//! pressure, and every second, it flushes the fullest cached internal node's heaviest buffer,
-//! one buffer per hold of the engine lock, so writes find room at the root instead of running
-//! the flush cascade themselves.
+//! cleaner thread): woken by a batch that left the root about to gorge, and every second, it
+//! flushes the fullest cached internal node's heaviest buffer, one buffer per hold of the
+//! engine lock, so writes find room at the root instead of running the flush cascade
+//! themselves; once writes stop it drains every cached internal node to half its limit.
 //!
 //! Not yet built (see issue 3): hole punching of freed blocks (they are reused and the file
 //! tail is cut). Write-ahead logging is outside the engine: a node replays its Raft log, and
@@ -129,6 +129,8 @@ struct Inner {
     /// The error that poisoned the engine on the cleaner thread, returned by the next write
     /// (then writes get `Poisoned`).
     background_error: Option<EngineError>,
+    /// When the last write batch ended (the cleaner drains further once writes stop).
+    last_write: std::time::Instant,
 }
 
 fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> EngineError {
@@ -187,11 +189,13 @@ impl FractalEngine {
             poisoned: false,
             writeback,
             background_error: None,
+            last_write: std::time::Instant::now(),
         }));
         let cleaner = cleaner_period_ms.and_then(|period_ms| {
             let weak = Arc::downgrade(&inner);
+            let period = std::time::Duration::from_millis(period_ms);
             Cleaner::start(period_ms, move || match weak.upgrade() {
-                Some(inner) => clean_step(&inner),
+                Some(inner) => clean_step(&inner, period),
                 None => Step::Stop,
             })
         });
@@ -412,17 +416,24 @@ fn to_msg(op: &WriteOp, msn: u64) -> Option<Msg> {
     })
 }
 
-/// One cleaner step under the exclusive lock: flush one buffer ([`Tree::clean_step`]), keep
-/// the cache in budget, and start writeback of what it dirtied; the lock then goes straight to
-/// a waiting writer or reader. An error poisons the engine and is kept for the next write.
-fn clean_step(inner: &RwLock<Inner>) -> Step {
+/// One cleaner step under the exclusive lock: flush one buffer ([`Tree::clean_step`]; nodes
+/// about to gorge while writes come, down to half full once no write came for `idle_after`),
+/// keep the cache in budget, and start writeback of what it dirtied; the lock then goes
+/// straight to a waiting writer or reader. An error poisons the engine and is kept for the
+/// next write.
+fn clean_step(inner: &RwLock<Inner>, idle_after: std::time::Duration) -> Step {
     let mut g = inner.write();
     if g.poisoned {
         return Step::Stop;
     }
+    let min_fullness_1024 = if g.last_write.elapsed() >= idle_after {
+        tree::CLEAN_IDLE_FULLNESS_1024
+    } else {
+        tree::CLEAN_BUSY_FULLNESS_1024
+    };
     let r = g
         .mutate(|t| {
-            let flushed = t.clean_step()?;
+            let flushed = t.clean_step(min_fullness_1024)?;
             t.store.evict_to_budget(t.root)?;
             Ok(flushed)
         })
@@ -600,6 +611,7 @@ impl Engine for FractalEngine {
         // Dirty nodes are written continuously, so a checkpoint stays short and eviction finds
         // clean nodes.
         inner.writeback_step()?;
+        inner.last_write = std::time::Instant::now();
         let wake = inner.tree.wants_cleaning();
         drop(inner);
         if let (true, Some(c)) = (wake, self.cleaner.as_ref()) {

@@ -51,6 +51,11 @@ impl TreeParams {
 /// A buffer is flushed into its child once this many runs have spilled from it, whatever their
 /// size (bounds the runs a point read may consult per level).
 const MAX_RUNS_PER_BUFFER: usize = 16;
+/// The cleaner's threshold while writes come, in 1/1024ths of a node's gorge limit: only nodes
+/// about to gorge (a flush moves more messages per child the fuller its buffer).
+pub const CLEAN_BUSY_FULLNESS_1024: u64 = 896;
+/// The cleaner's threshold once writes stop: it drains nodes to half their gorge limit.
+pub const CLEAN_IDLE_FULLNESS_1024: u64 = 512;
 /// Bloom filter bits per key and probes of a spilled run (about 0.1% false positives).
 const RUN_FILTER_BITS_PER_KEY: usize = 14;
 /// See [`RUN_FILTER_BITS_PER_KEY`].
@@ -664,17 +669,20 @@ impl Tree {
     /// (PerconaFT's cleaner thread, `toku_cleaner_thread` in `ft/cachetable/cachetable.cc` and
     /// `toku_ftnode_cleaner_callback` in `ft/ft-flusher.cc`: it picks the node with the most
     /// buffered bytes and flushes its heaviest child buffer). Installs finished leaf flushes,
-    /// then, among the cached internal nodes holding at least half their gorge limit
-    /// ([`Tree::gorge_limit_bytes`]), takes the fullest (buffered bytes over its limit; the
+    /// then, among the cached internal nodes holding at least `min_fullness_1024` / 1024 of
+    /// their gorge limit ([`Tree::gorge_limit_bytes`]), takes the fullest (buffered bytes over its limit; the
     /// higher node on a tie) and flushes its heaviest buffer (delete-heavy buffers weigh more)
     /// into the child, or spills it when the child is not cached, cascading like a writer's
     /// flush. The writer then finds buffers with room, so ingest (a gorged root) and cache
     /// pressure (internal nodes gorge at a quarter node) are drained between batches instead of
-    /// inside them. Returns true when it flushed something (call again), false when no node
-    /// was worth it. Errors: as a writer's flush (`Io`, `Corruption`).
-    pub fn clean_step(&mut self) -> Result<bool> {
+    /// inside them. A flush moves more messages per child the fuller its buffer, so while
+    /// writes come the cleaner takes only nodes near their limit ([`CLEAN_BUSY_FULLNESS_1024`])
+    /// and drains to half ([`CLEAN_IDLE_FULLNESS_1024`]) once writes stop. Returns true when it
+    /// flushed something (call again), false when no node was worth it. Errors: as a writer's
+    /// flush (`Io`, `Corruption`).
+    pub fn clean_step(&mut self, min_fullness_1024: u64) -> Result<bool> {
         self.install_finished_flushes()?;
-        let Some(path) = self.cleaning_target() else {
+        let Some(path) = self.cleaning_target(min_fullness_1024) else {
             return Ok(false);
         };
         let root_id = self.root;
@@ -689,12 +697,12 @@ impl Tree {
         Ok(true)
     }
 
-    /// Whether the cleaner should run now: the root holds half its gorge limit, or the cache
-    /// is under pressure (cheap: no walk).
+    /// Whether the cleaner should run now, while writes come: the root holds
+    /// [`CLEAN_BUSY_FULLNESS_1024`] of its gorge limit (cheap: no walk).
     pub fn wants_cleaning(&self) -> bool {
-        self.store.under_pressure()
-            || matches!(self.store.peek_quiet(self.root),
-                Some(Node::Internal(n)) if n.size_bytes() * 2 >= self.params.node_size_bytes)
+        matches!(self.store.peek_quiet(self.root),
+            Some(Node::Internal(n)) if n.size_bytes() as u64 * 1024
+                >= self.params.node_size_bytes as u64 * CLEAN_BUSY_FULLNESS_1024)
     }
 
     /// Size above which internal node `n` is gorged: a node at the root, or any node while the
@@ -709,9 +717,9 @@ impl Tree {
     }
 
     /// Child indexes from the root to the cached internal node the cleaner should flush
-    /// (empty: the root), or `None` when none holds half its gorge limit. Looks only at cached
-    /// nodes and leaves their CLOCK counts alone.
-    fn cleaning_target(&self) -> Option<Vec<usize>> {
+    /// (empty: the root), or `None` when none holds `min_fullness_1024` / 1024 of its gorge
+    /// limit. Looks only at cached nodes and leaves their CLOCK counts alone.
+    fn cleaning_target(&self, min_fullness_1024: u64) -> Option<Vec<usize>> {
         let pressure = self.store.under_pressure();
         let mut best: Option<(u64, Vec<usize>)> = None;
         let mut stack = vec![(self.root, Vec::new())];
@@ -723,7 +731,7 @@ impl Tree {
             let size = n.size_bytes();
             // Fullness in 1/1024ths of the limit; ties go to the higher node (found first).
             let fullness = (size as u64).saturating_mul(1024) / limit as u64;
-            if size * 2 >= limit
+            if fullness >= min_fullness_1024
                 && n.heaviest_buffer().is_some()
                 && best.as_ref().is_none_or(|(f, _)| fullness > *f)
             {
