@@ -173,7 +173,54 @@ pub enum EmbeddedError {
         /// The first error, as text.
         cause: String,
     },
+    /// The directory is open in another [`Db`] (this process or another): its `LOCK` is held.
+    #[error("database directory locked: {0}")]
+    Locked(String),
+    /// A file operation outside the engine and log failed (the lock file).
+    #[error("I/O error during {context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
 }
+
+/// Creates `dir` and takes the exclusive lock on `dir/LOCK` (writing this process's id into
+/// it). Errors: `Locked` when it is held, `Io` otherwise.
+fn lock_dir(dir: &Path) -> Result<std::fs::File> {
+    use std::io::Write as _;
+    let io = |context: String| move |source| EmbeddedError::Io { context, source };
+    std::fs::create_dir_all(dir).map_err(io(format!("create {}", dir.display())))?;
+    let path = dir.join(LOCK_FILE_NAME);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io(format!("open {}", path.display())))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            return Err(EmbeddedError::Locked(format!(
+                "{} is open in another Db (pid {})",
+                dir.display(),
+                holder.trim()
+            )));
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(io(format!("lock {}", path.display()))(e)),
+    }
+    file.set_len(0)
+        .and_then(|()| write!(file, "{}", std::process::id()))
+        .map_err(io(format!("write {}", path.display())))?;
+    Ok(file)
+}
+
+/// Name of the lock file [`Db::open_real`] holds inside the directory.
+pub const LOCK_FILE_NAME: &str = "LOCK";
 
 /// Result alias of this crate.
 pub type Result<T, E = EmbeddedError> = std::result::Result<T, E>;
@@ -312,8 +359,10 @@ struct Shared {
 }
 
 /// An embedded database: an engine plus its write-ahead log. Thread safe (`Send + Sync`): share
-/// it by reference or in an `Arc`. Open at most one `Db` per directory at a time (there is no
-/// lock file).
+/// it by reference or in an `Arc`. [`Db::open_real`] holds an exclusive lock on `DIR/LOCK`
+/// (`flock`, released when the `Db` is dropped), so a second open of the same directory, from
+/// this process or another, fails with [`EmbeddedError::Locked`] instead of corrupting it;
+/// [`Db::open`] on a caller's [`Vfs`] takes no lock (the caller owns that file system).
 ///
 /// Dropping it stops the background checkpointer and lets the log flush and fsync what is
 /// queued; it takes no checkpoint (the next open replays the log). [`Db::close`] checkpoints
@@ -321,6 +370,9 @@ struct Shared {
 pub struct Db {
     shared: Arc<Shared>,
     checkpointer: Option<JoinHandle<()>>,
+    /// `DIR/LOCK`, locked while the `Db` lives (declared last: released after the engine and
+    /// log are closed).
+    _dir_lock: Option<std::fs::File>,
 }
 
 impl std::fmt::Debug for Db {
@@ -471,8 +523,15 @@ impl Db {
 
     /// [`Db::open`] on the real file system ([`RealVfs`]); the only way to open
     /// [`EngineKind::Sled`]. Same errors.
+    ///
+    /// Takes an exclusive lock on `DIR/LOCK` first. Errors also: `Locked` when another `Db`
+    /// (in this process or another) has the directory open; `Io` when the directory or the
+    /// lock file cannot be created.
     pub fn open_real(dir: &Path, opts: EmbeddedOptions) -> Result<Db> {
-        Self::open_inner(RealVfs::new(), dir, opts)
+        let lock = lock_dir(dir)?;
+        let mut db = Self::open_inner(RealVfs::new(), dir, opts)?;
+        db._dir_lock = Some(lock);
+        Ok(db)
     }
 
     fn open_inner(vfs: Arc<dyn Vfs>, dir: &Path, opts: EmbeddedOptions) -> Result<Db> {
@@ -539,7 +598,11 @@ impl Db {
         } else {
             None
         };
-        Ok(Db { shared, checkpointer })
+        Ok(Db {
+            shared,
+            checkpointer,
+            _dir_lock: None,
+        })
     }
 
     /// Applies `ops` atomically and in order (later ops see earlier ones) and returns the batch's

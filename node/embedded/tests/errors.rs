@@ -230,3 +230,27 @@ fn a_failed_fsync_stops_the_database_loudly() {
     assert!(!all.contains_key(b"c".as_slice()));
     assert_eq!(db.last_lsn(), all.len() as u64);
 }
+
+/// Two opens of one directory on the real file system: the second is refused with `Locked`
+/// (two `Db`s writing one log and one tree would corrupt both), the first keeps working, and
+/// once it is dropped the directory opens again with everything it wrote.
+#[test]
+fn a_second_open_of_the_same_directory_is_refused_while_the_first_is_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = ftkv_embedded::EmbeddedOptions {
+        cache_size_bytes: 8 << 20,
+        checkpoint_interval_bytes: None,
+        checkpoint_interval_ms: None,
+        ..ftkv_embedded::EmbeddedOptions::default()
+    };
+    let first = ftkv_embedded::Db::open_real(dir.path(), opts.clone()).unwrap();
+    first.write(&[put("a", "1")]).unwrap();
+    let err = ftkv_embedded::Db::open_real(dir.path(), opts.clone()).unwrap_err();
+    assert!(matches!(err, EmbeddedError::Locked(_)), "got {err}");
+    assert!(err.to_string().contains(&std::process::id().to_string()), "{err}");
+    first.write(&[put("b", "2")]).unwrap();
+    drop(first);
+    let again = ftkv_embedded::Db::open_real(dir.path(), opts).unwrap();
+    assert_eq!(again.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
+    assert_eq!(again.get(b"b").unwrap().as_deref(), Some(&b"2"[..]));
+}
