@@ -256,8 +256,24 @@ async fn shutdown_signal() {
 }
 
 /// `ftkv-node check --data-dir D`: opens the engine read-only-ish and checks every invariant.
+/// The fractal tree opens without its cleaner thread, so nothing flushes (and no block is
+/// written) while the tree is checked.
 pub fn check(config: &Config) -> anyhow::Result<ftkv_engine::IntegrityReport> {
     let _lock = DataDirLock::acquire(&config.data_dir)?;
+    if config.engine.kind == ftkv_engine::EngineKind::Fractal {
+        let opts = ftkv_engine::EngineOptions {
+            dir: config.data_dir.join("engine"),
+            cache_size_bytes: config.engine.cache_size.as_u64(),
+            compression_level: config.engine.compression.zstd_level(),
+        };
+        let engine = ftkv_engine::fractal::FractalEngine::open_with_cleaner(
+            ftkv_vfs::RealVfs::new(),
+            &opts,
+            ftkv_engine::fractal::TreeParams::default(),
+            None,
+        )?;
+        return Ok(ftkv_engine::Engine::check_integrity(&engine)?);
+    }
     let engine = open_engine(config)?;
     Ok(engine.check_integrity()?)
 }

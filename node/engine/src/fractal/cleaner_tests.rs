@@ -186,17 +186,16 @@ fn cleaner_beside_writers_readers_and_checkpoints_keeps_the_model() {
 #[test]
 fn an_io_error_on_the_cleaner_thread_poisons_and_is_returned_by_the_next_write() {
     let vfs = FaultVfs::new(13);
-    // No periodic rounds: the cleaner runs only when woken.
-    let e = open(&vfs, 64 << 10, Some(600_000));
+    // Rounds every 50 ms; the cleaner acts once no write came for 50 ms.
+    let e = open(&vfs, 64 << 10, Some(50));
     let mut x = 23u64;
     for round in 0..200 {
         e.write(&batch(&mut x, round), None).unwrap();
     }
     e.checkpoint().unwrap();
     // Every I/O fails from now on. Work for the cleaner without a write: messages pushed into
-    // the root's buffers up to its busy threshold, short of its gorge limit (no flush, so no
-    // I/O on this thread), then a wake; again until the cleaner's flushes reach a node or run
-    // that needs the disk.
+    // the root's buffers up to half its gorge limit (no flush, so no I/O on this thread), then
+    // a wake; again until the cleaner's flushes reach a node or run that needs the disk.
     vfs.fail_after(Some(0));
     let before = e.spill_stats().cleaner_flushes;
     let t0 = Instant::now();
@@ -214,7 +213,7 @@ fn an_io_error_on_the_cleaner_thread_poisons_and_is_returned_by_the_next_write()
             }
             let t = &mut inner.tree;
             while (root_size(t) as u64) * 1024
-                < SMALL.node_size_bytes as u64 * super::tree::CLEAN_BUSY_FULLNESS_1024
+                < SMALL.node_size_bytes as u64 * super::tree::CLEAN_IDLE_FULLNESS_1024
             {
                 let msn = t.next_msn();
                 t.inject(super::msg::Msg::Point {
@@ -226,7 +225,7 @@ fn an_io_error_on_the_cleaner_thread_poisons_and_is_returned_by_the_next_write()
                 i += 1;
             }
         }
-        e.cleaner.as_ref().unwrap().wake();
+        e._cleaner.as_ref().unwrap().wake();
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(e.spill_stats().cleaner_flushes > before);

@@ -51,10 +51,8 @@ impl TreeParams {
 /// A buffer is flushed into its child once this many runs have spilled from it, whatever their
 /// size (bounds the runs a point read may consult per level).
 const MAX_RUNS_PER_BUFFER: usize = 16;
-/// The cleaner's threshold while writes come, in 1/1024ths of a node's gorge limit: only nodes
-/// about to gorge (a flush moves more messages per child the fuller its buffer).
-pub const CLEAN_BUSY_FULLNESS_1024: u64 = 896;
-/// The cleaner's threshold once writes stop: it drains nodes to half their gorge limit.
+/// The cleaner's threshold, in 1/1024ths of a node's gorge limit: once writes pause it drains
+/// cached internal nodes to half their limit.
 pub const CLEAN_IDLE_FULLNESS_1024: u64 = 512;
 /// Bloom filter bits per key and probes of a spilled run (about 0.1% false positives).
 const RUN_FILTER_BITS_PER_KEY: usize = 14;
@@ -675,9 +673,7 @@ impl Tree {
     /// into the child, or spills it when the child is not cached, cascading like a writer's
     /// flush. The writer then finds buffers with room, so ingest (a gorged root) and cache
     /// pressure (internal nodes gorge at a quarter node) are drained between batches instead of
-    /// inside them. A flush moves more messages per child the fuller its buffer, so while
-    /// writes come the cleaner takes only nodes near their limit ([`CLEAN_BUSY_FULLNESS_1024`])
-    /// and drains to half ([`CLEAN_IDLE_FULLNESS_1024`]) once writes stop. Returns true when it
+    /// inside them (the cleaner passes [`CLEAN_IDLE_FULLNESS_1024`]). Returns true when it
     /// flushed something (call again), false when no node was worth it. Errors: as a writer's
     /// flush (`Io`, `Corruption`).
     pub fn clean_step(&mut self, min_fullness_1024: u64) -> Result<bool> {
@@ -695,14 +691,6 @@ impl Tree {
         r?;
         self.spill_stats.cleaner_flushes += 1;
         Ok(true)
-    }
-
-    /// Whether the cleaner should run now, while writes come: the root holds
-    /// [`CLEAN_BUSY_FULLNESS_1024`] of its gorge limit (cheap: no walk).
-    pub fn wants_cleaning(&self) -> bool {
-        matches!(self.store.peek_quiet(self.root),
-            Some(Node::Internal(n)) if n.size_bytes() as u64 * 1024
-                >= self.params.node_size_bytes as u64 * CLEAN_BUSY_FULLNESS_1024)
     }
 
     /// Size above which internal node `n` is gorged: a node at the root, or any node while the
