@@ -190,11 +190,14 @@ fn range_messages_are_instant_and_correct() {
     assert_eq!(s.e().check_integrity().unwrap().keys, 10_000);
 }
 
+/// Without the cleaner thread (as every helper here): these tests count reads and spills, or
+/// expect a fault on a read they make, not on a background flush.
 fn fault_engine(vfs: &Arc<FaultVfs>, params: TreeParams) -> ftkv_engine::Result<FractalEngine> {
-    FractalEngine::open_with_params(
+    FractalEngine::open_with_cleaner(
         vfs.clone() as Arc<dyn Vfs>,
         &opts("/engine".into(), 1 << 20, Some(1)),
         params,
+        None,
     )
 }
 
@@ -480,10 +483,11 @@ fn paged_scans_over_full_buffers_match_the_model() {
 /// Opens a fractal engine in `/engine` on `vfs` with `params`, a cache of `cache_bytes` and
 /// zstd level 1.
 fn open_on(vfs: &Arc<FaultVfs>, params: TreeParams, cache_bytes: u64) -> FractalEngine {
-    FractalEngine::open_with_params(
+    FractalEngine::open_with_cleaner(
         vfs.clone() as Arc<dyn Vfs>,
         &opts("/engine".into(), cache_bytes, Some(1)),
         params,
+        None,
     )
     .unwrap()
 }
@@ -709,10 +713,11 @@ fn flipped_bits_in_runs_are_reported_as_corruption() {
     };
     let vfs = FaultVfs::new(29);
     let open = || {
-        FractalEngine::open_with_params(
+        FractalEngine::open_with_cleaner(
             vfs.clone() as Arc<dyn Vfs>,
             &opts("/engine".into(), 48 << 10, None),
             params,
+            None,
         )
     };
     let mut model = BTreeMap::new();

@@ -19,8 +19,10 @@ const SMALL: TreeParams = TreeParams {
     fanout: 4,
 };
 
+/// Opens without the cleaner thread: these tests step writeback and checkpoints by hand in a
+/// fixed order.
 fn open(vfs: &Arc<FaultVfs>, cache_size_bytes: u64) -> FractalEngine {
-    FractalEngine::open_with_params(
+    FractalEngine::open_with_cleaner(
         vfs.clone() as Arc<dyn Vfs>,
         &EngineOptions {
             dir: Path::new("/engine").to_path_buf(),
@@ -28,6 +30,7 @@ fn open(vfs: &Arc<FaultVfs>, cache_size_bytes: u64) -> FractalEngine {
             compression_level: Some(1),
         },
         SMALL,
+        None,
     )
     .unwrap()
 }

@@ -9,7 +9,8 @@
 //! nothing worth flushing (at most [`MAX_STEPS_PER_ROUND`]). A step
 //! ([`super::tree::Tree::clean_step`]) holds the engine's exclusive lock for one buffer flush and
 //! hands the lock straight to a waiting writer or reader when it ends, so a write that comes
-//! meanwhile waits for at most one flush.
+//! meanwhile waits for at most one step (one buffer's flush with its cascade, possibly waiting
+//! for a background leaf flush or a writeback job).
 //!
 //! While writes come it stays out of the way: the tree has one writer at a time, so a cleaner
 //! could only take turns with the state machine's writes, not run beside them, and measured
@@ -59,7 +60,7 @@ pub(crate) struct Cleaner {
 }
 
 impl Cleaner {
-    /// Starts the thread, running `step` in rounds every `period_ms` and when woken; `None`
+    /// Starts the thread, running `step` in rounds every `period_ms` (and when a test wakes it); `None`
     /// when the thread cannot be started (then nothing flushes in the background and writers
     /// flush as before).
     pub(crate) fn start(period_ms: u64, mut step: impl FnMut() -> Step + Send + 'static) -> Option<Cleaner> {

@@ -419,12 +419,42 @@ fn to_msg(op: &WriteOp, msn: u64) -> Option<Msg> {
     })
 }
 
-/// One cleaner step under the exclusive lock, once no write came for `idle_after`: flush one
-/// buffer ([`Tree::clean_step`], nodes down to half their gorge limit), keep the cache in
-/// budget, and start writeback of what it dirtied; the lock then goes straight to a waiting
-/// writer or reader. While writes come it does nothing (see [`cleaner`]). An error poisons the
-/// engine and is kept for the next write.
+/// One cleaner step, once no write came for `idle_after` (checked under the shared lock, so
+/// a busy engine never sees the cleaner take the exclusive one): under the exclusive lock,
+/// flush one buffer ([`Tree::clean_step`], nodes down to half their gorge limit; it installs
+/// finished leaf flushes first), keep the cache in budget, and adopt or start writeback; the
+/// lock then goes straight to a waiting writer or reader. A panic inside is caught. An error
+/// (or panic) poisons the engine and is kept for the next write.
 fn clean_step(inner: &RwLock<Inner>, idle_after: std::time::Duration) -> Step {
+    {
+        let g = inner.read();
+        if g.poisoned {
+            return Step::Stop;
+        }
+        if g.last_write.elapsed() < idle_after {
+            return Step::Idle;
+        }
+    }
+    let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        clean_step_locked(inner, idle_after)
+    }));
+    step.unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        let mut g = inner.write();
+        g.poisoned = true;
+        g.background_error = Some(EngineError::Corruption {
+            location: format!("{} (cleaner thread)", g.tree.store.path().display()),
+            detail: format!("the cleaner panicked mid-flush: {what}"),
+        });
+        Step::Stop
+    })
+}
+
+fn clean_step_locked(inner: &RwLock<Inner>, idle_after: std::time::Duration) -> Step {
     let mut g = inner.write();
     if g.poisoned {
         return Step::Stop;
@@ -439,9 +469,9 @@ fn clean_step(inner: &RwLock<Inner>, idle_after: std::time::Duration) -> Step {
             Ok(flushed)
         })
         .and_then(|flushed| {
-            if flushed {
-                g.writeback_step()?;
-            }
+            // Also when nothing was flushed: installed leaf flushes and finished writeback jobs
+            // are adopted now, not at the next write.
+            g.writeback_step()?;
             Ok(flushed)
         });
     match r {
@@ -460,11 +490,10 @@ fn clean_step(inner: &RwLock<Inner>, idle_after: std::time::Duration) -> Step {
 
 impl Inner {
     /// Runs a mutation; any error poisons the engine (the in-memory tree may be half-updated;
-    /// the file still holds the last checkpoint). On a poisoned engine returns the error the
-    /// cleaner thread met, once, then `Poisoned`.
+    /// the file still holds the last checkpoint).
     fn mutate<T>(&mut self, f: impl FnOnce(&mut Tree) -> Result<T>) -> Result<T> {
         if self.poisoned {
-            return Err(self.background_error.take().unwrap_or(EngineError::Poisoned));
+            return Err(EngineError::Poisoned);
         }
         let r = f(&mut self.tree);
         if r.is_err() {
@@ -580,6 +609,11 @@ impl Engine for FractalEngine {
 
     fn write(&self, ops: &[WriteOp], meta: Option<&[u8]>) -> Result<()> {
         let mut inner = self.inner.write();
+        // A fault the cleaner thread met is returned, named, by the next write (then
+        // `Poisoned`, like any other fault).
+        if let Some(e) = inner.background_error.take() {
+            return Err(e);
+        }
         // The batch is atomic for readers: the exclusive lock is held throughout.
         let mut at = 0;
         while at < ops.len() {

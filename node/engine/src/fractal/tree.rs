@@ -668,8 +668,8 @@ impl Tree {
     /// `toku_ftnode_cleaner_callback` in `ft/ft-flusher.cc`: it picks the node with the most
     /// buffered bytes and flushes its heaviest child buffer). Installs finished leaf flushes,
     /// then, among the cached internal nodes holding at least `min_fullness_1024` / 1024 of
-    /// their gorge limit ([`Tree::gorge_limit_bytes`]), takes the fullest (buffered bytes over its limit; the
-    /// higher node on a tie) and flushes its heaviest buffer (delete-heavy buffers weigh more)
+    /// their gorge limit ([`Tree::gorge_limit_bytes`]), takes the fullest (its size, buffers and
+    /// pivots, over its limit; on a tie the first found, parents before children, left to right) and flushes its heaviest buffer (delete-heavy buffers weigh more)
     /// into the child, or spills it when the child is not cached, cascading like a writer's
     /// flush. The writer then finds buffers with room, so ingest (a gorged root) and cache
     /// pressure (internal nodes gorge at a quarter node) are drained between batches instead of
@@ -717,7 +717,7 @@ impl Tree {
             };
             let limit = self.gorge_limit_bytes(path.is_empty(), pressure).max(1);
             let size = n.size_bytes();
-            // Fullness in 1/1024ths of the limit; ties go to the higher node (found first).
+            // Fullness in 1/1024ths of the limit; ties go to the node found first.
             let fullness = (size as u64).saturating_mul(1024) / limit as u64;
             if fullness >= min_fullness_1024
                 && n.heaviest_buffer().is_some()
