@@ -3,13 +3,11 @@
 //! SIGTERM/SIGINT.
 
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use fs2::FileExt;
 use tokio::sync::watch;
 
 use crate::cluster::{ClusterConfig, ClusterNode, NodeAddr};
@@ -28,25 +26,13 @@ impl DataDirLock {
         std::fs::create_dir_all(data_dir)
             .with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
         let path = data_dir.join("LOCK");
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .with_context(|| format!("cannot open {}", path.display()))?;
-        if file.try_lock_exclusive().is_err() {
-            let holder = std::fs::read_to_string(&path).unwrap_or_default();
-            anyhow::bail!(
-                "data dir {} is in use by another ftkv-node (pid {}); refusing to start",
-                data_dir.display(),
-                holder.trim()
-            );
+        match ftkv_vfs::try_lock_file(&path).with_context(|| format!("cannot lock {}", path.display()))? {
+            ftkv_vfs::FileLock::Locked(file) => Ok(Self { _file: file, path }),
+            ftkv_vfs::FileLock::HeldBy(holder) => anyhow::bail!(
+                "data dir {} is in use by another ftkv-node (pid {holder}); refusing to start",
+                data_dir.display()
+            ),
         }
-        file.set_len(0)?;
-        write!(file, "{}", std::process::id())?;
-        file.sync_all()?;
-        Ok(Self { _file: file, path })
     }
 
     /// Path of the lock file.

@@ -190,33 +190,16 @@ pub enum EmbeddedError {
 /// Creates `dir` and takes the exclusive lock on `dir/LOCK` (writing this process's id into
 /// it). Errors: `Locked` when it is held, `Io` otherwise.
 fn lock_dir(dir: &Path) -> Result<std::fs::File> {
-    use std::io::Write as _;
     let io = |context: String| move |source| EmbeddedError::Io { context, source };
     std::fs::create_dir_all(dir).map_err(io(format!("create {}", dir.display())))?;
     let path = dir.join(LOCK_FILE_NAME);
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(io(format!("open {}", path.display())))?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let holder = std::fs::read_to_string(&path).unwrap_or_default();
-            return Err(EmbeddedError::Locked(format!(
-                "{} is open in another Db (pid {})",
-                dir.display(),
-                holder.trim()
-            )));
-        }
-        Err(std::fs::TryLockError::Error(e)) => return Err(io(format!("lock {}", path.display()))(e)),
+    match ftkv_vfs::try_lock_file(&path).map_err(io(format!("lock {}", path.display())))? {
+        ftkv_vfs::FileLock::Locked(file) => Ok(file),
+        ftkv_vfs::FileLock::HeldBy(holder) => Err(EmbeddedError::Locked(format!(
+            "{} is open in another Db (pid {holder})",
+            dir.display()
+        ))),
     }
-    file.set_len(0)
-        .and_then(|()| write!(file, "{}", std::process::id()))
-        .map_err(io(format!("write {}", path.display())))?;
-    Ok(file)
 }
 
 /// Name of the lock file [`Db::open_real`] holds inside the directory.

@@ -794,3 +794,40 @@ impl VfsFile for FaultFile {
 
 #[cfg(test)]
 mod tests;
+
+/// What [`try_lock_file`] found.
+#[derive(Debug)]
+pub enum FileLock {
+    /// This process now holds the lock (and its id is written in the file); dropping the file
+    /// releases it.
+    Locked(File),
+    /// Another holder (this process or another) has it; the file's contents, normally the
+    /// holder's process id.
+    HeldBy(String),
+}
+
+/// Opens (creating it) the lock file at `path` on the real file system and takes an exclusive
+/// advisory lock (`flock`) on it without waiting; on success writes this process's id into it.
+/// A data directory's `LOCK` (the node's and embedded mode's), so two processes never write one
+/// log or tree. Errors: `io::Error` from opening, locking or writing the file.
+pub fn try_lock_file(path: &Path) -> io::Result<FileLock> {
+    use std::io::Write as _;
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(path).unwrap_or_default();
+            return Ok(FileLock::HeldBy(holder.trim().to_string()));
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(e),
+    }
+    file.set_len(0)?;
+    write!(file, "{}", std::process::id())?;
+    file.sync_all()?;
+    Ok(FileLock::Locked(file))
+}

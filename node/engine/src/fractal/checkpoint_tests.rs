@@ -4,14 +4,13 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 
-use ftkv_vfs::{FaultVfs, Vfs};
+use ftkv_vfs::FaultVfs;
 
-use super::{FractalEngine, TreeParams};
+use super::{test_support, FractalEngine, TreeParams};
 use crate::model::apply_ops;
-use crate::{Engine, EngineOptions, UpsertOp, WriteOp};
+use crate::{Engine, WriteOp};
 
 const SMALL: TreeParams = TreeParams {
     node_size_bytes: 2048,
@@ -22,40 +21,12 @@ const SMALL: TreeParams = TreeParams {
 /// Opens without the cleaner thread: these tests step writeback and checkpoints by hand in a
 /// fixed order.
 fn open(vfs: &Arc<FaultVfs>, cache_size_bytes: u64) -> FractalEngine {
-    FractalEngine::open_with_cleaner(
-        vfs.clone() as Arc<dyn Vfs>,
-        &EngineOptions {
-            dir: Path::new("/engine").to_path_buf(),
-            cache_size_bytes,
-            compression_level: Some(1),
-        },
-        SMALL,
-        None,
-    )
-    .unwrap()
+    test_support::open_on(vfs, SMALL, cache_size_bytes, None)
 }
 
 /// Random puts, deletes and upserts over 3,000 keys (LCG `x`), tagged with `round`.
 fn batch(x: &mut u64, round: u64) -> Vec<WriteOp> {
-    (0..40)
-        .map(|_| {
-            *x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let key = format!("key{:06}", (*x >> 33) % 3000).into_bytes();
-            match *x % 11 {
-                0 => WriteOp::Delete { key },
-                1 => WriteOp::Upsert {
-                    key,
-                    op: UpsertOp::Append(b"+".to_vec()),
-                },
-                _ => WriteOp::Put {
-                    key,
-                    value: format!("r{round}-{}", *x % 997).into_bytes(),
-                },
-            }
-        })
-        .collect()
+    test_support::random_batch(x, round, 40, 3000, "", 0)
 }
 
 /// Writes five more rounds (never checkpointed), crashes (unsynced data dropped) and reopens.

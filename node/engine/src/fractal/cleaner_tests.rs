@@ -4,17 +4,16 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ftkv_vfs::{FaultVfs, Vfs};
+use ftkv_vfs::FaultVfs;
 
 use super::node::Node;
-use super::{FractalEngine, TreeParams};
+use super::{test_support, FractalEngine, TreeParams};
 use crate::model::{apply_ops, assert_same_as_model};
-use crate::{Engine, EngineError, EngineOptions, UpsertOp, WriteOp};
+use crate::{Engine, EngineError, WriteOp};
 
 const SMALL: TreeParams = TreeParams {
     node_size_bytes: 4096,
@@ -23,44 +22,12 @@ const SMALL: TreeParams = TreeParams {
 };
 
 fn open(vfs: &Arc<FaultVfs>, cache_size_bytes: u64, cleaner_period_ms: Option<u64>) -> FractalEngine {
-    FractalEngine::open_with_cleaner(
-        vfs.clone() as Arc<dyn Vfs>,
-        &EngineOptions {
-            dir: Path::new("/engine").to_path_buf(),
-            cache_size_bytes,
-            compression_level: Some(1),
-        },
-        SMALL,
-        cleaner_period_ms,
-    )
-    .unwrap()
+    test_support::open_on(vfs, SMALL, cache_size_bytes, cleaner_period_ms)
 }
 
 /// Random puts, deletes, upserts and an occasional range delete over 4,000 keys (LCG `x`).
 fn batch(x: &mut u64, round: u64) -> Vec<WriteOp> {
-    (0..30)
-        .map(|_| {
-            *x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let key = format!("key{:06}", (*x >> 33) % 4000).into_bytes();
-            match *x % 41 {
-                0 => WriteOp::DeleteRange {
-                    end: Some(format!("key{:06}", (*x >> 33) % 4000 + 7).into_bytes()),
-                    start: key,
-                },
-                1..=3 => WriteOp::Delete { key },
-                4..=6 => WriteOp::Upsert {
-                    key,
-                    op: UpsertOp::Append(b"+".to_vec()),
-                },
-                _ => WriteOp::Put {
-                    key,
-                    value: format!("r{round}-{}-padding-padding", *x % 997).into_bytes(),
-                },
-            }
-        })
-        .collect()
+    test_support::random_batch(x, round, 30, 4000, "-padding-padding", 41)
 }
 
 /// Bytes buffered in the root (0 when it is a leaf or not cached).

@@ -86,6 +86,8 @@ pub mod msg;
 pub mod node;
 mod space;
 pub mod store;
+#[cfg(test)]
+mod test_support;
 pub mod tree;
 mod worker;
 pub mod writeback;
