@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Short Jepsen-style suite for CI (about 12 minutes on 2 cores): every workload once under a mixed
 # nemesis (partition, kill, pause, clock) for 20 s, set and counter under kill + disk + lose-unsynced,
-# register under membership changes, the local-reads canary (must be caught: exit 1), then the
-# twelve scenarios. Needs root, iproute2, iptables and faketime, and the binaries built:
+# register under membership changes, the local-reads canary scenario (must be caught: exit 1), then
+# the twelve scenarios. Needs root, iproute2, iptables and faketime, and the binaries built:
 #   cargo build -p ftkv-node -p ftkv-client -p ftkv-tests --bins
 # Usage: tests/scenarios/ci-suite.sh [STORE_DIR]   (exit 0 only when every verdict is as expected)
 set -u
@@ -36,10 +36,13 @@ for w in set counter; do
     --substrate netns --seed 2
 done
 expect 0 "register-membership" test --workload register --nemesis membership --time-limit 20s --substrate netns --seed 3
-# Canary: reads served locally without ReadIndex must be caught by the register workload.
+# Canary: reads served locally without ReadIndex must be caught by the register checker. A
+# scripted schedule (scenario 06 with the unsafe mode: a read on the isolated old leader after the
+# new leader took a write), because a random partition schedule does not always open a stale-read
+# window within its time (it missed in two CI runs on 2026-11-30). The random-schedule canary is kept
+# for manual runs: `cargo test -p ftkv-tests --lib jepsen::canary -- --ignored`.
 # (The ack-before-fsync canary is caught by `cargo test -p ftkv-tests --test canary_ack_before_fsync`.)
-expect 1 "canary-unsafe-local-reads" test --workload register --nemesis partition --time-limit 30s \
-  --substrate netns --concurrency 6 --rate 60 --seed 4 --node-arg=--unsafe-local-reads --name canary-local-reads
+expect 1 "canary-unsafe-local-reads" scenario tests/scenarios/canaries/06-unsafe-local-reads.toml
 expect 0 "scenarios" scenario tests/scenarios
 # The failures again at the end (CI logs are often read from the tail): each one's verdict lines.
 for name in "${FAILED_NAMES[@]}"; do
