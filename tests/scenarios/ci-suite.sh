@@ -39,8 +39,9 @@ expect 0 "register-membership" test --workload register --nemesis membership --t
 # Canary: reads served locally without ReadIndex must be caught by the register checker. A
 # scripted schedule (scenario 06 with the unsafe mode: a read on the isolated old leader after the
 # new leader took a write), because a random partition schedule does not always open a stale-read
-# window within its time (it missed in two CI runs on 2026-11-30). The random-schedule canary is kept
-# for manual runs: `cargo test -p ftkv-tests --lib jepsen::canary -- --ignored`.
+# window within its time (it missed in a CI run on 2026-11-30, most likely in the one before too).
+# The random-schedule canary is kept for manual runs:
+# `cargo test -p ftkv-tests --lib jepsen::canary -- --ignored`.
 # (The ack-before-fsync canary is caught by `cargo test -p ftkv-tests --test canary_ack_before_fsync`.)
 expect 1 "canary-unsafe-local-reads" scenario tests/scenarios/canaries/06-unsafe-local-reads.toml
 expect 0 "scenarios" scenario tests/scenarios
