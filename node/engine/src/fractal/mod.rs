@@ -265,6 +265,12 @@ impl FractalEngine {
     pub fn cached_bytes(&self) -> usize {
         self.inner.read().tree.store.cached_bytes()
     }
+
+    /// What the engine counts against its memory budget, part by part (diagnostics: compare
+    /// with the process's RSS).
+    pub fn memory_use(&self) -> store::MemoryUse {
+        self.inner.read().tree.store.memory_use()
+    }
 }
 
 /// Writes an empty tree (one empty leaf) with a first checkpoint to a temporary file, then

@@ -62,6 +62,26 @@ struct Entry {
     modified_epoch: u64,
 }
 
+/// What the engine counts against its memory budget (`engine.cache_size`), in bytes, as
+/// estimated from the structures' sizes (not measured from the allocator).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// The budget.
+    pub budget_bytes: usize,
+    /// Nodes in the cachetable (dirty ones included).
+    pub cached_bytes: usize,
+    /// Of those, dirty nodes.
+    pub dirty_bytes: usize,
+    /// The side cache of partial reads (skeletons, partition 0 of internal nodes, frames).
+    pub side_cache_bytes: usize,
+    /// Spilled runs waiting for the writeback thread.
+    pub pending_run_bytes: usize,
+    /// Held by background leaf flushes in flight.
+    pub reserved_bytes: usize,
+    /// Left free for background work (flushes in flight, writeback copies).
+    pub background_share_bytes: usize,
+}
+
 /// Pieces of a leaf read without the rest of it (partial eviction's read side): its pivots and
 /// some basements, valid while the BTT still points at `loc`.
 struct PartialLeaf {
@@ -409,6 +429,19 @@ impl Store {
             run_bytes: runs.read_bytes,
             leaf_reads_avoided: self.leaf_reads_avoided.load(Ordering::Relaxed),
             ..self.partial_stats
+        }
+    }
+
+    /// The parts of [`Store::memory_bytes`], for diagnostics.
+    pub fn memory_use(&self) -> MemoryUse {
+        MemoryUse {
+            budget_bytes: self.budget_bytes,
+            cached_bytes: self.cached_bytes,
+            dirty_bytes: self.dirty_bytes,
+            side_cache_bytes: self.partial_bytes,
+            pending_run_bytes: self.pending_run_bytes,
+            reserved_bytes: self.reserved_bytes,
+            background_share_bytes: self.background_share_bytes,
         }
     }
 

@@ -49,7 +49,7 @@ pub(super) fn random_batch(
                 .wrapping_add(1442695040888963407);
             let k = (*x >> 33) % keys;
             let key = format!("key{k:06}").into_bytes();
-            if range_delete_one_in > 0 && (*x >> 13) % range_delete_one_in == 0 {
+            if range_delete_one_in > 0 && (*x >> 13).is_multiple_of(range_delete_one_in) {
                 return WriteOp::DeleteRange {
                     start: key,
                     end: Some(format!("key{:06}", k + 7).into_bytes()),
