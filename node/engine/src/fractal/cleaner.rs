@@ -15,9 +15,10 @@
 //! While writes come it stays out of the way: the tree has one writer at a time, so a cleaner
 //! could only take turns with the state machine's writes, not run beside them, and measured
 //! that way (woken by every batch that left the root near or past its limit, acceptance 4's
-//! 18.6 M rows with a 64 MiB cache, alternating binaries) it cost 5-10% of insert speed and
-//! 20-80 MiB of peak RSS (messages allocated by the writer and freed by the cleaner). Flushing
-//! beside the writer needs node-level locks (PerconaFT's pair locks); see issue 3's notes.
+//! 18.6 M rows with a 64 MiB cache, alternating binaries) it cost 5-10% of insert speed, and one
+//! run's peak RSS reached 283 MiB (runs of one binary vary by about 20 MiB, so the RSS cost is
+//! not measured well). Flushing beside the writer needs node-level locks (PerconaFT's pair
+//! locks); see issue 3's notes.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;

@@ -63,8 +63,7 @@
 //! cached internal node holds less than half its gorge limit (a quarter node below the root
 //! under cache pressure), so the next burst of writes finds room instead of running the flush
 //! cascade itself. While writes come, flushes stay inside them (measured: a cleaner taking
-//! turns with the writer under the one engine lock cost 5-10% of insert speed and 20-80 MiB of
-//! peak RSS).
+//! turns with the writer under the one engine lock cost 5-10% of insert speed).
 //!
 //! Not yet built (see issue 3): hole punching of freed blocks (they are reused and the file
 //! tail is cut). Write-ahead logging is outside the engine: a node replays its Raft log, and
