@@ -186,6 +186,10 @@ fn init_tracing() {
 }
 
 fn main() -> std::process::ExitCode {
+    // Freed tree nodes and buffers must go back to the OS (see the function's doc).
+    if let Err(e) = ftkv_vfs::disable_transparent_huge_pages() {
+        eprintln!("ftkv-node: warning: could not turn transparent huge pages off: {e}");
+    }
     let cli = Cli::parse();
     match real_main(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,

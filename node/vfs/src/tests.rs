@@ -255,3 +255,15 @@ fn real_vfs_round_trip_and_punch_hole() {
     vfs.remove_file(&sub.join("g")).unwrap();
     assert!(!vfs.exists(&sub.join("g")));
 }
+
+#[test]
+fn transparent_huge_pages_are_off_after_the_call() {
+    // The kernel reports the process flag in /proc/self/status ("THP_enabled: 0" once disabled).
+    crate::disable_transparent_huge_pages().unwrap();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("THP_enabled:"))
+        .expect("kernel reports THP_enabled");
+    assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
+}

@@ -13,7 +13,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 // The same allocator as `ftkv-node` (every engine in the bench runs on it), so engine figures
-// describe the engines as deployed, not glibc malloc.
+// describe the engines as deployed, not glibc malloc. The `system-alloc` feature leaves the
+// system allocator in place, so heap profilers that wrap malloc (heaptrack) see every allocation.
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -118,6 +120,10 @@ async fn start_and_run(name: &str, base_port: u16, load: &Load, run: u64) -> any
 }
 
 fn main() -> anyhow::Result<()> {
+    // Freed tree nodes and buffers must go back to the OS (see the function's doc).
+    if let Err(e) = ftkv_vfs::disable_transparent_huge_pages() {
+        eprintln!("ftkv-bench: warning: could not turn transparent huge pages off: {e}");
+    }
     match Cli::parse().command {
         Cmd::Engine(args) => bench::engine::run(&args),
         Cmd::EngineChild { spec } => bench::engine::child::run_child(&spec),
