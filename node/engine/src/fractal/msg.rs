@@ -338,6 +338,34 @@ impl PartialEq for Buffer {
 
 impl Eq for Buffer {}
 
+/// Byte-wise (lexicographic) order of two keys, the order of every key in the tree, with a fast
+/// path: when both keys have at least 8 bytes, their first 8 bytes are compared as big-endian
+/// `u64`s (the same order), and `memcmp` runs only when those are equal. With random keys that
+/// settles nearly every comparison of a flush's pivot search or a spill's sort in registers
+/// (they were about 13% of the writer's samples beyond memory, mostly `memcmp` calls).
+#[inline]
+pub fn key_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    if let (Some(pa), Some(pb)) = (a.first_chunk::<8>(), b.first_chunk::<8>()) {
+        let (pa, pb) = (u64::from_be_bytes(*pa), u64::from_be_bytes(*pb));
+        if pa != pb {
+            return pa.cmp(&pb);
+        }
+    }
+    a.cmp(b)
+}
+
+/// Sorts point messages by (key, MSN); range messages (none are expected) compare equal to
+/// everything. A (key, MSN) pair is unique among the messages of one buffer or run, so an
+/// unstable sort gives the one order.
+pub fn sort_points_by_key(msgs: &mut [Msg]) {
+    msgs.sort_unstable_by(|a, b| match (a, b) {
+        (Msg::Point { key: ka, msn: ma, .. }, Msg::Point { key: kb, msn: mb, .. }) => {
+            key_cmp(ka, kb).then(ma.cmp(mb))
+        }
+        _ => std::cmp::Ordering::Equal,
+    });
+}
+
 /// Hash of a key for the per-buffer filters.
 pub fn key_hash(key: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(key)
@@ -424,12 +452,7 @@ impl Buffer {
             .filter(|r| matches!(r.op, RangeOp::Delete))
             .map(RangeMsg::size_bytes)
             .sum();
-        out.sort_by(|a, b| match (a, b) {
-            (Msg::Point { key: ka, msn: ma, .. }, Msg::Point { key: kb, msn: mb, .. }) => {
-                ka.cmp(kb).then(ma.cmp(mb))
-            }
-            _ => std::cmp::Ordering::Equal,
-        });
+        sort_points_by_key(&mut out);
         out
     }
 
@@ -635,7 +658,7 @@ impl Buffer {
                 .collect();
             order.sort_by(|&a, &b| {
                 let (sa, sb) = (&self.slots[a as usize], &self.slots[b as usize]);
-                sa.key.cmp(&sb.key).then(sa.msn.cmp(&sb.msn))
+                key_cmp(&sa.key, &sb.key).then(sa.msn.cmp(&sb.msn))
             });
             order
         })

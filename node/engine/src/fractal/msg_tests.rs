@@ -419,3 +419,22 @@ fn delete_bytes_track_point_and_range_deletes() {
     assert_eq!(b.flush_weight(), b.bytes());
     assert_eq!(b.bytes(), MSG_OVERHEAD_BYTES + 2);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    /// `key_cmp`'s 8-byte fast path gives exactly the byte-wise order of slices, for keys that
+    /// share prefixes, differ in length, or are shorter than 8 bytes.
+    #[test]
+    fn key_cmp_is_the_bytewise_order(
+        prefix in proptest::collection::vec(any::<u8>(), 0..10),
+        a in proptest::collection::vec(prop_oneof![Just(0u8), Just(255u8), any::<u8>()], 0..12),
+        b in proptest::collection::vec(prop_oneof![Just(0u8), Just(255u8), any::<u8>()], 0..12),
+    ) {
+        let ka = [prefix.as_slice(), a.as_slice()].concat();
+        let kb = [prefix.as_slice(), b.as_slice()].concat();
+        prop_assert_eq!(key_cmp(&ka, &kb), ka.cmp(&kb));
+        prop_assert_eq!(key_cmp(&kb, &ka), kb.cmp(&ka));
+        prop_assert_eq!(key_cmp(&ka, &ka), std::cmp::Ordering::Equal);
+    }
+}

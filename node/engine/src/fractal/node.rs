@@ -1,7 +1,7 @@
 //! In-memory tree nodes: internal nodes (pivots + one message buffer per child) and leaves
 //! (basement nodes of sorted entries), after PerconaFT `ft/node.h`.
 
-use super::msg::{apply_point, apply_point_owned, apply_range, Buffer, Msg, Msn, PointOp};
+use super::msg::{apply_point, apply_point_owned, apply_range, key_cmp, Buffer, Msg, Msn, PointOp};
 
 /// Logical node id, mapped to a disk location by the block translation table.
 pub type NodeId = u64;
@@ -13,7 +13,7 @@ pub const ENTRY_OVERHEAD_BYTES: usize = 16;
 /// Index of the child (or basement) whose range holds `key`: the number of pivots `<= key`.
 /// Child `i` covers `[pivots[i-1], pivots[i])`.
 pub fn child_index(pivots: &[Vec<u8>], key: &[u8]) -> usize {
-    pivots.partition_point(|p| p.as_slice() <= key)
+    pivots.partition_point(|p| key_cmp(p, key).is_le())
 }
 
 /// Children `first..=last` overlapping `[start, end)` (`end = None`: unbounded); `None` when the
@@ -24,7 +24,7 @@ pub fn child_span(pivots: &[Vec<u8>], start: &[u8], end: Option<&[u8]>) -> Optio
     }
     let first = child_index(pivots, start);
     let last = match end {
-        Some(e) => pivots.partition_point(|p| p.as_slice() < e),
+        Some(e) => pivots.partition_point(|p| key_cmp(p, e).is_lt()),
         None => pivots.len(),
     };
     Some((first, last.max(first)))
@@ -282,7 +282,7 @@ impl Basement {
         let (mut lo, mut hi) = (0usize, self.slots.len());
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            if self.key(mid) < key {
+            if key_cmp(self.key(mid), key).is_lt() {
                 lo = mid + 1;
             } else {
                 hi = mid;

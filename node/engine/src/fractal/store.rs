@@ -1358,6 +1358,10 @@ impl Store {
                 + self.pending_run_bytes
                 + self.reserved_bytes.max(self.background_share_bytes),
         );
+        // A dirty victim costs the caller an encode (zstd) and a write, which the writeback
+        // thread does on the other core for nodes it has time to reach: clean victims go first,
+        // and dirty ones are written here only after a whole turn of the ring found too few.
+        let mut dirty_skips = 0usize;
         while self.cached_bytes > budget && self.cache.len() > 1 && !self.ring.is_empty() {
             steps += 1;
             if steps > 8 * (self.ring.len() + 8) {
@@ -1383,6 +1387,11 @@ impl Store {
                 continue;
             }
             if e.dirty {
+                if dirty_skips < self.ring.len() {
+                    dirty_skips += 1;
+                    self.hand += 1;
+                    continue;
+                }
                 let enc = encode_node(id, &e.node, self.compression_level)?;
                 self.write_encoded(id, enc)?;
             }

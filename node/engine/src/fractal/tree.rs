@@ -464,12 +464,7 @@ impl Tree {
             let runs = b.take_spilled();
             self.spill_stats.runs_compacted += 1;
             let mut msgs = self.take_runs(runs)?;
-            msgs.sort_by(|a, b| match (a, b) {
-                (Msg::Point { key: ka, msn: ma, .. }, Msg::Point { key: kb, msn: mb, .. }) => {
-                    ka.cmp(kb).then(ma.cmp(mb))
-                }
-                _ => std::cmp::Ordering::Equal,
-            });
+            super::msg::sort_points_by_key(&mut msgs);
             let run = self.write_run(msgs)?;
             if let Some(b) = n.buffers.get_mut(i) {
                 b.push_spilled(run);
@@ -1210,7 +1205,7 @@ impl PendingForRange {
                 Msg::Range(r) => ranges.push(r),
             }
         }
-        points.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+        points.sort_unstable_by(|a, b| super::msg::key_cmp(&a.0, &b.0).then(a.1.cmp(&b.1)));
         ranges.sort_by_key(|r| r.msn);
         PendingForRange { points, ranges }
     }
