@@ -108,6 +108,9 @@ pub enum ClusterState {
     Existing,
 }
 
+/// Largest `engine.cleaner_period_ms` accepted: one hour.
+pub const MAX_CLEANER_PERIOD_MS: u64 = 3_600_000;
+
 /// `[engine]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -119,6 +122,11 @@ pub struct EngineConfig {
     pub cache_size: ByteSize,
     /// Node compression: `"none"` or `{ zstd = LEVEL }`.
     pub compression: Compression,
+    /// Fractal engine: period of the cleaner thread, which flushes message buffers in the
+    /// background once writes pause, in milliseconds (TokuDB `tokudb_cleaner_period`, in
+    /// seconds there); `0` turns the cleaner off (flushes then only run inside writes). At most
+    /// one hour.
+    pub cleaner_period_ms: u64,
 }
 
 impl Default for EngineConfig {
@@ -127,7 +135,16 @@ impl Default for EngineConfig {
             kind: ftkv_engine::EngineKind::Fractal,
             cache_size: ByteSize::mib(256),
             compression: Compression::default(),
+            cleaner_period_ms: ftkv_engine::fractal::cleaner::DEFAULT_CLEANER_PERIOD_MS,
         }
+    }
+}
+
+impl EngineConfig {
+    /// The cleaner period for [`ftkv_engine::fractal::FractalEngine::open_with_cleaner`]:
+    /// `None` when `cleaner_period_ms` is 0.
+    pub fn cleaner_period(&self) -> Option<u64> {
+        (self.cleaner_period_ms > 0).then_some(self.cleaner_period_ms)
     }
 }
 
@@ -406,6 +423,12 @@ impl Config {
                 "batch.max_ops and batch.max_in_flight must be >= 1".into(),
             ));
         }
+        if self.engine.cleaner_period_ms > MAX_CLEANER_PERIOD_MS {
+            return Err(ConfigError::Invalid(format!(
+                "engine.cleaner_period_ms {} is over one hour ({MAX_CLEANER_PERIOD_MS}); 0 turns the cleaner off",
+                self.engine.cleaner_period_ms
+            )));
+        }
         if self.engine.cache_size.as_u64() < 1024 * 1024 {
             return Err(ConfigError::Invalid(
                 "engine.cache_size must be at least 1MiB".into(),
@@ -454,7 +477,7 @@ pub fn exact_size(n: u64) -> String {
         (1 << 10, "KiB"),
     ];
     for (unit, name) in UNITS {
-        if n >= unit && n % unit == 0 {
+        if n >= unit && n.is_multiple_of(unit) {
             return format!("{}{name}", n / unit);
         }
     }
@@ -490,6 +513,7 @@ pub fn parse_initial_cluster(text: &str) -> Result<BTreeMap<u64, String>, Config
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -532,6 +556,41 @@ mod tests {
         );
         assert_eq!(Config::from_toml(&printed).unwrap(), cfg);
         assert_eq!(exact_size(64 << 20), "64MiB");
+    }
+
+    #[test]
+    fn the_deploy_template_parses_and_holds_the_defaults() {
+        // deploy/ftkv.toml documents every key with its default; its "example" values are the
+        // only ones that differ.
+        let cfg = Config::from_toml(include_str!("../../deploy/ftkv.toml")).unwrap();
+        let defaults = Config::default();
+        assert_eq!(cfg.listen_client, defaults.listen_client);
+        assert_eq!(cfg.listen_peer, defaults.listen_peer);
+        assert_eq!(cfg.listen_status, defaults.listen_status);
+        assert_eq!(cfg.initial_cluster_state, defaults.initial_cluster_state);
+        assert_eq!(cfg.engine, defaults.engine);
+        assert_eq!(cfg.log, defaults.log);
+        assert_eq!(cfg.raft, defaults.raft);
+        assert_eq!(cfg.batch, defaults.batch);
+        assert_eq!(cfg.limits, defaults.limits);
+        assert_eq!(cfg.testing, defaults.testing);
+    }
+
+    #[test]
+    fn cleaner_period_defaults_to_one_second_and_zero_turns_it_off() {
+        let cfg = Config::from_toml("id = 1\n").unwrap();
+        assert_eq!(cfg.engine.cleaner_period_ms, 1000);
+        assert_eq!(cfg.engine.cleaner_period(), Some(1000));
+        let cfg = Config::from_toml("id = 1\n[engine]\ncleaner_period_ms = 0\n").unwrap();
+        assert_eq!(cfg.engine.cleaner_period(), None);
+        let cfg = Config::from_toml("id = 1\n[engine]\ncleaner_period_ms = 250\n").unwrap();
+        assert_eq!(cfg.engine.cleaner_period(), Some(250));
+        let mut cfg = cfg;
+        cfg.engine.cleaner_period_ms = MAX_CLEANER_PERIOD_MS + 1;
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("engine.cleaner_period_ms"), "{err}");
+        let err = Config::from_toml("id = 1\n[engine]\ncleaner_period_ms = -5\n").unwrap_err();
+        assert!(err.contains("cleaner_period_ms"), "{err}");
     }
 
     #[test]

@@ -151,6 +151,7 @@ fn over(limit: &'static str, what: &'static str, actual: u64, max: u64) -> Resul
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -54,8 +54,21 @@ pub fn open_engine(config: &Config) -> anyhow::Result<Arc<dyn ftkv_engine::Engin
         config.testing.lose_unsynced_on_kill && config.engine.kind == ftkv_engine::EngineKind::Fractal;
     let opened = if lose_unsynced_engine {
         let latency = std::time::Duration::from_millis(config.testing.lose_unsynced_sync_latency_ms);
-        ftkv_engine::fractal::FractalEngine::open(ftkv_vfs::UnsyncedBufferVfs::over_real(latency), &opts)
-            .map(|e| Arc::new(e) as Arc<dyn ftkv_engine::Engine>)
+        ftkv_engine::fractal::FractalEngine::open_with_cleaner(
+            ftkv_vfs::UnsyncedBufferVfs::over_real(latency),
+            &opts,
+            ftkv_engine::fractal::TreeParams::default(),
+            config.engine.cleaner_period(),
+        )
+        .map(|e| Arc::new(e) as Arc<dyn ftkv_engine::Engine>)
+    } else if config.engine.kind == ftkv_engine::EngineKind::Fractal {
+        ftkv_engine::fractal::FractalEngine::open_with_cleaner(
+            ftkv_vfs::RealVfs::new(),
+            &opts,
+            ftkv_engine::fractal::TreeParams::default(),
+            config.engine.cleaner_period(),
+        )
+        .map(|e| Arc::new(e) as Arc<dyn ftkv_engine::Engine>)
     } else {
         ftkv_engine::open_engine(config.engine.kind, &opts)
     };

@@ -435,15 +435,13 @@ async fn batch_stream_refuses_bad_items_and_oversized_batches() {
         .await
         .unwrap()
         .into_inner();
-    let status = loop {
-        match answers.message().await {
-            Ok(Some(m)) => panic!(
-                "no item of an oversized batch may run: {} answered",
-                m.items.len()
-            ),
-            Ok(None) => panic!("the stream ended without an error"),
-            Err(status) => break status,
-        }
+    let status = match answers.message().await {
+        Ok(Some(m)) => panic!(
+            "no item of an oversized batch may run: {} answered",
+            m.items.len()
+        ),
+        Ok(None) => panic!("the stream ended without an error"),
+        Err(status) => status,
     };
     assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
     assert!(status.message().contains("10000"), "names the limit: {status:?}");

@@ -119,6 +119,7 @@ pub fn record_when_voted(data_dir: &Path, node_id: u64, raft: &Raft) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

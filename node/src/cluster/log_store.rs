@@ -300,7 +300,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
-        if let Some(vote) = self.shared.vote_at_open.lock().clone() {
+        if let Some(vote) = *self.shared.vote_at_open.lock() {
             return Ok(Some(vote));
         }
         match self.shared.log.get_meta(META_VOTE) {
@@ -402,6 +402,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use openraft::storage::RaftLogStorage;

@@ -73,6 +73,7 @@ pub fn cluster(err: ClusterError) -> Status {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

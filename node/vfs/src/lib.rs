@@ -813,7 +813,9 @@ pub enum FileLock {
 /// message buffers was not given back. Measured on the engine bench (2 M random rows, 64 MiB
 /// cache, `ftkv-bench engine-child`): peak RSS 184-213 MiB without huge pages against 225-236 MiB
 /// with them, at the same insert rate. Errors: the `prctl` error (e.g. on a kernel without THP
-/// control); callers only warn, since it costs memory, not correctness.
+/// control); callers only warn, since it costs memory, not correctness. On other systems it does
+/// nothing.
+#[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 pub fn disable_transparent_huge_pages() -> io::Result<()> {
     // SAFETY: PR_SET_THP_DISABLE takes integer arguments only and touches no memory of ours.
@@ -823,6 +825,32 @@ pub fn disable_transparent_huge_pages() -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// See the Linux version; other systems have no per-process switch, so this does nothing.
+#[cfg(not(target_os = "linux"))]
+pub fn disable_transparent_huge_pages() -> io::Result<()> {
+    Ok(())
+}
+
+/// Whether transparent huge pages are off for the calling process (`prctl(PR_GET_THP_DISABLE)`,
+/// Linux; elsewhere always `false`). Errors: the `prctl` error.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+pub fn transparent_huge_pages_disabled() -> io::Result<bool> {
+    // SAFETY: PR_GET_THP_DISABLE takes integer arguments only and returns the flag.
+    let rc = unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc == 1)
+    }
+}
+
+/// See the Linux version.
+#[cfg(not(target_os = "linux"))]
+pub fn transparent_huge_pages_disabled() -> io::Result<bool> {
+    Ok(false)
 }
 
 /// Opens (creating it) the lock file at `path` on the real file system and takes an exclusive

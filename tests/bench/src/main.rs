@@ -119,14 +119,26 @@ async fn start_and_run(name: &str, base_port: u16, load: &Load, run: u64) -> any
     }
 }
 
-fn main() -> anyhow::Result<()> {
-    // Freed tree nodes and buffers must go back to the OS (see the function's doc).
+/// Engine runs use transparent huge pages off, as `ftkv-node` does (the setting is inherited by
+/// the engine children; see `ftkv_vfs::disable_transparent_huge_pages`), so every engine in the
+/// comparison runs under the deployed setting. Cluster runs leave it alone: etcd's processes
+/// would inherit it.
+fn engine_memory_setup() {
     if let Err(e) = ftkv_vfs::disable_transparent_huge_pages() {
         eprintln!("ftkv-bench: warning: could not turn transparent huge pages off: {e}");
     }
+}
+
+fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Cmd::Engine(args) => bench::engine::run(&args),
-        Cmd::EngineChild { spec } => bench::engine::child::run_child(&spec),
+        Cmd::Engine(args) => {
+            engine_memory_setup();
+            bench::engine::run(&args)
+        }
+        Cmd::EngineChild { spec } => {
+            engine_memory_setup();
+            bench::engine::child::run_child(&spec)
+        }
         cluster @ Cmd::Cluster { .. } => tokio::runtime::Runtime::new()?.block_on(run_cluster(cluster)),
     }
 }

@@ -354,15 +354,18 @@ pub fn key_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
     a.cmp(b)
 }
 
-/// Sorts point messages by (key, MSN); range messages (none are expected) compare equal to
-/// everything. A (key, MSN) pair is unique among the messages of one buffer or run, so an
-/// unstable sort gives the one order.
+/// Sorts point messages by (key, MSN); range messages (none are expected: spills and runs hold
+/// point messages only) go after them in MSN order, so the order is total. A (key, MSN) pair is
+/// unique among the messages of one buffer or run (every op has its own MSN and a buffer drops
+/// a re-delivered one), so an unstable sort gives the one order.
 pub fn sort_points_by_key(msgs: &mut [Msg]) {
     msgs.sort_unstable_by(|a, b| match (a, b) {
         (Msg::Point { key: ka, msn: ma, .. }, Msg::Point { key: kb, msn: mb, .. }) => {
             key_cmp(ka, kb).then(ma.cmp(mb))
         }
-        _ => std::cmp::Ordering::Equal,
+        (Msg::Point { .. }, Msg::Range(_)) => std::cmp::Ordering::Less,
+        (Msg::Range(_), Msg::Point { .. }) => std::cmp::Ordering::Greater,
+        (Msg::Range(ra), Msg::Range(rb)) => ra.msn.cmp(&rb.msn),
     });
 }
 

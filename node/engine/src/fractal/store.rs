@@ -1362,9 +1362,10 @@ impl Store {
         // thread does on the other core for nodes it has time to reach: clean victims go first,
         // and dirty ones are written here only after a whole turn of the ring found too few.
         let mut dirty_skips = 0usize;
+        let ring_len_at_start = self.ring.len();
         while self.cached_bytes > budget && self.cache.len() > 1 && !self.ring.is_empty() {
             steps += 1;
-            if steps > 8 * (self.ring.len() + 8) {
+            if steps > 8 * (ring_len_at_start + 8) {
                 break;
             }
             if self.hand >= self.ring.len() {
@@ -1387,7 +1388,7 @@ impl Store {
                 continue;
             }
             if e.dirty {
-                if dirty_skips < self.ring.len() {
+                if dirty_skips < ring_len_at_start {
                     dirty_skips += 1;
                     self.hand += 1;
                     continue;
