@@ -12,7 +12,7 @@
 //! every node log; with `FTKV_KEEP_TEST_DIR=1` the folder is kept and its path printed.
 //!
 //! Every method takes `&self` (node state sits behind a mutex), so a nemesis task and checkers
-//! can share one `Arc<Cluster>`. Binaries come from [`Binaries::locate`]: run
+//! can share one `Arc<Cluster>`. Binaries come from [`Binaries::try_locate`]: run
 //! `cargo build --workspace --bins` first.
 //!
 //! Source: Jepsen's `db` protocol (setup, teardown, kill, start, pause, resume, primaries) and
@@ -242,14 +242,12 @@ impl Cluster {
     /// Starts `options.nodes` nodes and waits (up to `options.wait_timeout`) until one of them
     /// reports itself leader.
     ///
-    /// # Panics
-    /// When the binaries are missing (see [`Binaries::locate`]).
-    ///
     /// # Errors
-    /// Port or file trouble, a node exiting during start-up (with its log tail), or no leader in
-    /// time (with every node's last status).
+    /// [`FixtureError::MissingBinary`] when `ftkv-node` or `ftkvctl` is not built (see
+    /// [`Binaries::try_locate`]), port or file trouble, a node exiting during start-up (with its
+    /// log tail), or no leader in time (with every node's last status).
     pub async fn start(options: ClusterOptions) -> Result<Cluster, FixtureError> {
-        let binaries = Binaries::locate();
+        let binaries = Binaries::try_locate()?;
         let dir = tempfile::Builder::new()
             .prefix("ftkv-cluster-")
             .tempdir()
@@ -1074,5 +1072,5 @@ pub async fn run_ftkvctl(
     stdin: Option<&str>,
     timeout: Duration,
 ) -> Result<CtlOutput, FixtureError> {
-    run_ctl(&Binaries::locate(), args, stdin, timeout).await
+    run_ctl(&Binaries::try_locate()?, args, stdin, timeout).await
 }

@@ -891,7 +891,7 @@ fn replay(sh: &Shared, applied: Lsn) -> Result<u64> {
                 location: format!("log record {index} in {}", log.dir().display()),
                 source,
             })?;
-            sh.engine.write(&ops, Some(&sh.meta_for(index)))?;
+            sh.engine.write_owned(ops, Some(&sh.meta_for(index)))?;
             next += 1;
         }
     }

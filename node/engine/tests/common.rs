@@ -167,7 +167,13 @@ pub fn run_conformance(subject: &mut Subject, steps: &[Step]) -> Result<(), Test
     for (i, step) in steps.iter().enumerate() {
         match step {
             Step::Write(ops, m) => {
-                subject.e().write(ops, m.as_deref()).unwrap();
+                // Both entry points: borrowed ops (copied by the engine) and owned ops (whose
+                // buffers the fractal tree keeps), alternating by step.
+                if i % 2 == 0 {
+                    subject.e().write(ops, m.as_deref()).unwrap();
+                } else {
+                    subject.e().write_owned(ops.clone(), m.as_deref()).unwrap();
+                }
                 apply_ops(&mut model, ops);
                 if m.is_some() {
                     meta.clone_from(m);

@@ -304,7 +304,7 @@ fn apply_entries(shared: &Shared, entries: Vec<Entry>) -> Result<Vec<EntryResult
     let meta = encode_versioned(&*state).map_err(sm_write_error)?;
     shared
         .engine
-        .write(&batch.ops, Some(&meta))
+        .write_owned(std::mem::take(&mut batch.ops), Some(&meta))
         .map_err(sm_write_error)?;
     if let Some(l) = state.last_applied {
         shared.applied_index.store(l.index, Ordering::Release);

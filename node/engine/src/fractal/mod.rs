@@ -100,7 +100,7 @@ use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 use self::cleaner::{Cleaner, Step, DEFAULT_CLEANER_PERIOD_MS};
 use self::codec::{decode_btt, decode_header, BlockLoc, BttImage, Header, HEADER_BYTES, HEADER_SLOT_BYTES};
 use self::flusher::{FlushTotals, Flusher};
-use self::msg::{Msg, PointOp, RangeMsg, RangeOp};
+use self::msg::{Msg, Msn, PointOp, RangeMsg, RangeOp};
 use self::node::{Leaf, Node};
 use self::store::{CheckpointStats, Store};
 use self::tree::Tree;
@@ -265,6 +265,57 @@ impl FractalEngine {
         self.inner.read().tree.store.cached_bytes()
     }
 
+    /// The body of [`Engine::write`] and [`Engine::write_owned`]: injects the messages of ops
+    /// `0..n` (`msg_at(i, msn)`, `None` for an op that changes nothing, which still takes its
+    /// MSN), then sets `meta`, atomically for readers.
+    fn write_msgs(
+        &self,
+        n: usize,
+        mut msg_at: impl FnMut(usize, Msn) -> Option<Msg>,
+        meta: Option<&[u8]>,
+    ) -> Result<()> {
+        let mut inner = self.inner.write();
+        // A fault the cleaner thread met is returned, named, by the next write (then
+        // `Poisoned`, like any other fault).
+        if let Some(e) = inner.background_error.take() {
+            return Err(e);
+        }
+        // The batch is atomic for readers: the exclusive lock is held throughout.
+        let mut at = 0;
+        while at < n {
+            at = inner.mutate(|t| {
+                let mut i = at;
+                while i < n {
+                    let msn = t.next_msn();
+                    if let Some(msg) = msg_at(i, msn) {
+                        t.inject(msg)?;
+                    }
+                    t.store.evict_to_budget(t.root)?;
+                    i += 1;
+                    if t.store.runs_to_hand_over() {
+                        break;
+                    }
+                }
+                Ok(i)
+            })?;
+            if at < n {
+                inner.hand_over_runs()?;
+            }
+        }
+        inner.mutate(|t| {
+            if let Some(m) = meta {
+                t.meta = Some(m.to_vec());
+            }
+            t.install_finished_flushes()?;
+            t.store.evict_to_budget(t.root)
+        })?;
+        // Dirty nodes are written continuously, so a checkpoint stays short and eviction finds
+        // clean nodes.
+        inner.writeback_step()?;
+        inner.last_write = std::time::Instant::now();
+        Ok(())
+    }
+
     /// What the engine counts against its memory budget, part by part (diagnostics: compare
     /// with the process's RSS).
     pub fn memory_use(&self) -> store::MemoryUse {
@@ -385,42 +436,47 @@ fn read_btt(file: &dyn VfsFile, path: &Path, header: &Header) -> Result<BttImage
 
 /// Converts a write op into a message stamped with `msn`; `None` for an empty range.
 fn to_msg(op: &WriteOp, msn: u64) -> Option<Msg> {
+    to_msg_owned(op.clone(), msn)
+}
+
+/// The message of `op` at `msn`, keeping the op's buffers; `None` for an empty range.
+fn to_msg_owned(op: WriteOp, msn: u64) -> Option<Msg> {
     Some(match op {
         WriteOp::Put { key, value } => Msg::Point {
             msn,
-            key: key.clone(),
-            op: PointOp::Put(value.clone()),
+            key,
+            op: PointOp::Put(value),
         },
         WriteOp::Delete { key } => Msg::Point {
             msn,
-            key: key.clone(),
+            key,
             op: PointOp::Delete,
         },
         WriteOp::Upsert { key, op } => Msg::Point {
             msn,
-            key: key.clone(),
-            op: PointOp::Upsert(op.clone()),
+            key,
+            op: PointOp::Upsert(op),
         },
         WriteOp::DeleteRange { start, end } => {
-            if end.as_ref().is_some_and(|e| e <= start) {
+            if end.as_ref().is_some_and(|e| e <= &start) {
                 return None;
             }
             Msg::Range(RangeMsg {
                 msn,
-                start: start.clone(),
-                end: end.clone(),
+                start,
+                end,
                 op: RangeOp::Delete,
             })
         }
         WriteOp::UpsertRange { start, end, op } => {
-            if end.as_ref().is_some_and(|e| e <= start) {
+            if end.as_ref().is_some_and(|e| e <= &start) {
                 return None;
             }
             Msg::Range(RangeMsg {
                 msn,
-                start: start.clone(),
-                end: end.clone(),
-                op: RangeOp::Upsert(op.clone()),
+                start,
+                end,
+                op: RangeOp::Upsert(op),
             })
         }
     })
@@ -615,46 +671,25 @@ impl Engine for FractalEngine {
     }
 
     fn write(&self, ops: &[WriteOp], meta: Option<&[u8]>) -> Result<()> {
-        let mut inner = self.inner.write();
-        // A fault the cleaner thread met is returned, named, by the next write (then
-        // `Poisoned`, like any other fault).
-        if let Some(e) = inner.background_error.take() {
-            return Err(e);
-        }
-        // The batch is atomic for readers: the exclusive lock is held throughout.
-        let mut at = 0;
-        while at < ops.len() {
-            at = inner.mutate(|t| {
-                let mut i = at;
-                while let Some(op) = ops.get(i) {
-                    let msn = t.next_msn();
-                    if let Some(msg) = to_msg(op, msn) {
-                        t.inject(msg)?;
-                    }
-                    t.store.evict_to_budget(t.root)?;
-                    i += 1;
-                    if t.store.runs_to_hand_over() {
-                        break;
-                    }
-                }
-                Ok(i)
-            })?;
-            if at < ops.len() {
-                inner.hand_over_runs()?;
-            }
-        }
-        inner.mutate(|t| {
-            if let Some(m) = meta {
-                t.meta = Some(m.to_vec());
-            }
-            t.install_finished_flushes()?;
-            t.store.evict_to_budget(t.root)
-        })?;
-        // Dirty nodes are written continuously, so a checkpoint stays short and eviction finds
-        // clean nodes.
-        inner.writeback_step()?;
-        inner.last_write = std::time::Instant::now();
-        Ok(())
+        self.write_msgs(
+            ops.len(),
+            |i, msn| ops.get(i).and_then(|op| to_msg(op, msn)),
+            meta,
+        )
+    }
+
+    fn write_owned(&self, mut ops: Vec<WriteOp>, meta: Option<&[u8]>) -> Result<()> {
+        let n = ops.len();
+        self.write_msgs(
+            n,
+            |i, msn| {
+                let op = ops.get_mut(i)?;
+                // Each op is taken once (index `i` is visited once); what stays behind is empty.
+                let taken = std::mem::replace(op, WriteOp::Delete { key: Vec::new() });
+                to_msg_owned(taken, msn)
+            },
+            meta,
+        )
     }
 
     fn meta(&self) -> Result<Option<Vec<u8>>> {

@@ -219,7 +219,10 @@ fn load(
             out.logical_bytes += (k.len() + v.len()) as u64;
             batch.push((k, v));
         }
-        kv.put_batch(&batch)?;
+        kv.put_batch(std::mem::replace(
+            &mut batch,
+            Vec::with_capacity(BATCH_ROWS as usize),
+        ))?;
         done += n;
         let t = start.elapsed().as_secs_f64();
         marks.push((done, t));

@@ -50,7 +50,9 @@ impl EngineName {
 /// What every workload needs from an engine.
 pub trait BenchKv {
     /// Inserts `pairs` as one atomic batch (no fsync).
-    fn put_batch(&self, pairs: &[(Vec<u8>, Vec<u8>)]) -> anyhow::Result<()>;
+    /// Takes the rows by value: each engine takes them the way its API takes data best (the
+    /// fractal tree keeps the buffers, fjall and sled copy what they need).
+    fn put_batch(&self, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> anyhow::Result<()>;
     /// Point read.
     fn get(&self, key: &[u8]) -> anyhow::Result<Option<Vec<u8>>>;
     /// Up to `limit` pairs from `start` (inclusive) in key order; returns how many were read.
@@ -82,15 +84,12 @@ pub trait BenchKv {
 pub struct FtkvKv(pub Arc<dyn Engine>, pub Option<Arc<FractalEngine>>);
 
 impl BenchKv for FtkvKv {
-    fn put_batch(&self, pairs: &[(Vec<u8>, Vec<u8>)]) -> anyhow::Result<()> {
+    fn put_batch(&self, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> anyhow::Result<()> {
         let ops: Vec<WriteOp> = pairs
-            .iter()
-            .map(|(k, v)| WriteOp::Put {
-                key: k.clone(),
-                value: v.clone(),
-            })
+            .into_iter()
+            .map(|(key, value)| WriteOp::Put { key, value })
             .collect();
-        Ok(self.0.write(&ops, None)?)
+        Ok(self.0.write_owned(ops, None)?)
     }
 
     fn get(&self, key: &[u8]) -> anyhow::Result<Option<Vec<u8>>> {
@@ -195,10 +194,10 @@ impl FjallKv {
 }
 
 impl BenchKv for FjallKv {
-    fn put_batch(&self, pairs: &[(Vec<u8>, Vec<u8>)]) -> anyhow::Result<()> {
+    fn put_batch(&self, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> anyhow::Result<()> {
         let mut batch = self.keyspace.batch();
         for (k, v) in pairs {
-            batch.insert(&self.partition, k.as_slice(), v.as_slice());
+            batch.insert(&self.partition, k, v);
         }
         Ok(batch.commit()?)
     }
