@@ -47,7 +47,10 @@ pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
 }
 
 /// Everything that can go wrong while driving a cluster.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` prints the same message as `Display`, so a test's `.unwrap()` shows it readably
+/// (for example the hint to build the binaries).
+#[derive(thiserror::Error)]
 pub enum FixtureError {
     /// A binary is missing: build them first.
     #[error(
@@ -139,6 +142,12 @@ pub enum FixtureError {
         /// The matching lines.
         lines: String,
     },
+}
+
+impl std::fmt::Debug for FixtureError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 /// How to start a cluster. Construct with `ClusterOptions { nodes: 5, ..Default::default() }`.
@@ -1067,6 +1076,9 @@ async fn run_ctl(
 
 /// Runs `ftkvctl ARGS...` (no implicit `--endpoints`) bounded by `timeout`: for tests of the
 /// CLI's own error handling (unreachable endpoints, bad flags).
+///
+/// # Errors
+/// [`FixtureError::MissingBinary`] when the binaries are not built; spawning or timeout errors.
 pub async fn run_ftkvctl(
     args: &[&str],
     stdin: Option<&str>,

@@ -123,8 +123,8 @@ pub struct EngineOptions {
 /// A storage engine: an ordered map of byte keys to byte values, plus a metadata blob stored
 /// atomically with the data.
 ///
-/// Concurrency: readers (`get`, `scan`) may run on any thread at any time; `write` and
-/// `replace_all` are called from one thread at a time (the state machine's); `checkpoint` may
+/// Concurrency: readers (`get`, `scan`) may run on any thread at any time; `write`,
+/// `write_owned` and `replace_all` are called from one thread at a time (the state machine's); `checkpoint` may
 /// run on another thread beside them (the fractal tree then writes its snapshot while writes go
 /// on; sled's flush and the in-memory model are thread safe as they are).
 pub trait Engine: Send + Sync + 'static {
@@ -144,12 +144,15 @@ pub trait Engine: Send + Sync + 'static {
     /// [`Engine::write`] with the ops given by value, so an engine whose structures own their
     /// bytes keeps the ops' key and value buffers instead of copying them (the fractal tree's
     /// messages do: two allocations and copies per op saved on the thread that applies writes).
-    /// Same semantics and errors as `write`; the default calls it.
+    /// The buffers are kept as they are, spare capacity included, which node sizes do not
+    /// count (they count lengths): callers pass buffers sized to their contents (decoded
+    /// requests and log records are). Same semantics and errors as `write`; the default calls
+    /// it.
     fn write_owned(&self, ops: Vec<WriteOp>, meta: Option<&[u8]>) -> Result<()> {
         self.write(&ops, meta)
     }
 
-    /// The metadata blob as of the latest `write` (`None` if never set).
+    /// The metadata blob as of the latest `write` or `write_owned` (`None` if never set).
     fn meta(&self) -> Result<Option<Vec<u8>>>;
 
     /// Makes every write so far durable (with its metadata) before returning.

@@ -629,8 +629,13 @@ fn spilled_runs_keep_reads_exact_and_survive_reopen() {
     let mut x: u64 = 17;
     for round in 0..24u64 {
         let ops = random_writes(&mut x, 1500, 12_000, 9, &UpsertOp::Add(1), round);
-        e.write(&ops, None).unwrap();
         apply_ops(&mut model, &ops);
+        // Both entry points, across batches that hand spilled runs over mid-batch.
+        if round % 2 == 0 {
+            e.write(&ops, None).unwrap();
+        } else {
+            e.write_owned(ops, None).unwrap();
+        }
         if round % 6 == 5 {
             e.check_integrity().unwrap();
             e.checkpoint().unwrap();

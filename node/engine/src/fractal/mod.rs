@@ -436,7 +436,14 @@ fn read_btt(file: &dyn VfsFile, path: &Path, header: &Header) -> Result<BttImage
 
 /// Converts a write op into a message stamped with `msn`; `None` for an empty range.
 fn to_msg(op: &WriteOp, msn: u64) -> Option<Msg> {
-    to_msg_owned(op.clone(), msn)
+    match op {
+        WriteOp::DeleteRange { start, end } | WriteOp::UpsertRange { start, end, .. }
+            if end.as_ref().is_some_and(|e| e <= start) =>
+        {
+            None
+        }
+        _ => to_msg_owned(op.clone(), msn),
+    }
 }
 
 /// The message of `op` at `msn`, keeping the op's buffers; `None` for an empty range.
@@ -683,6 +690,7 @@ impl Engine for FractalEngine {
         self.write_msgs(
             n,
             |i, msn| {
+                debug_assert!(i < ops.len(), "op index {i} past the batch of {}", ops.len());
                 let op = ops.get_mut(i)?;
                 // Each op is taken once (index `i` is visited once); what stays behind is empty.
                 let taken = std::mem::replace(op, WriteOp::Delete { key: Vec::new() });

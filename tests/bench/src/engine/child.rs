@@ -212,7 +212,6 @@ fn load(
     let mut done = 0u64;
     let mut batch = Vec::with_capacity(BATCH_ROWS as usize);
     while done < rows {
-        batch.clear();
         let n = BATCH_ROWS.min(rows - done);
         for i in done..done + n {
             let (k, v) = row(i);
