@@ -41,34 +41,44 @@ impl DataDirLock {
     }
 }
 
-/// Opens the configured engine under `DATA_DIR/engine`. With `testing.lose_unsynced_on_kill` the
-/// fractal engine runs over `ftkv_vfs::UnsyncedBufferVfs` (the sled engine does its own I/O and is
-/// not covered).
-pub fn open_engine(config: &Config) -> anyhow::Result<Arc<dyn ftkv_engine::Engine>> {
-    let opts = ftkv_engine::EngineOptions {
+/// The engine options of `config`: `DATA_DIR/engine`, the cache size and the compression.
+fn engine_options(config: &Config) -> ftkv_engine::EngineOptions {
+    ftkv_engine::EngineOptions {
         dir: config.data_dir.join("engine"),
         cache_size_bytes: config.engine.cache_size.as_u64(),
         compression_level: config.engine.compression.zstd_level(),
-    };
-    let lose_unsynced_engine =
-        config.testing.lose_unsynced_on_kill && config.engine.kind == ftkv_engine::EngineKind::Fractal;
-    let opened = if lose_unsynced_engine {
-        let latency = std::time::Duration::from_millis(config.testing.lose_unsynced_sync_latency_ms);
-        ftkv_engine::fractal::FractalEngine::open_with_cleaner(
-            ftkv_vfs::UnsyncedBufferVfs::over_real(latency),
-            &opts,
-            ftkv_engine::fractal::TreeParams::default(),
-            config.engine.cleaner_period(),
-        )
-        .map(|e| Arc::new(e) as Arc<dyn ftkv_engine::Engine>)
-    } else if config.engine.kind == ftkv_engine::EngineKind::Fractal {
-        ftkv_engine::fractal::FractalEngine::open_with_cleaner(
-            ftkv_vfs::RealVfs::new(),
-            &opts,
-            ftkv_engine::fractal::TreeParams::default(),
-            config.engine.cleaner_period(),
-        )
-        .map(|e| Arc::new(e) as Arc<dyn ftkv_engine::Engine>)
+    }
+}
+
+/// Opens the fractal engine of `config` on `vfs` with default tree parameters and the given
+/// cleaner period (`None`: no cleaner thread).
+fn open_fractal(
+    config: &Config,
+    vfs: Arc<dyn ftkv_vfs::Vfs>,
+    cleaner_period_ms: Option<u64>,
+) -> ftkv_engine::Result<ftkv_engine::fractal::FractalEngine> {
+    ftkv_engine::fractal::FractalEngine::open_with_cleaner(
+        vfs,
+        &engine_options(config),
+        ftkv_engine::fractal::TreeParams::default(),
+        cleaner_period_ms,
+    )
+}
+
+/// Opens the configured engine under `DATA_DIR/engine`; the fractal engine with the configured
+/// cleaner period. With `testing.lose_unsynced_on_kill` the fractal engine runs over
+/// `ftkv_vfs::UnsyncedBufferVfs` (the sled engine does its own I/O and is not covered).
+pub fn open_engine(config: &Config) -> anyhow::Result<Arc<dyn ftkv_engine::Engine>> {
+    let opts = engine_options(config);
+    let opened = if config.engine.kind == ftkv_engine::EngineKind::Fractal {
+        let vfs: Arc<dyn ftkv_vfs::Vfs> = if config.testing.lose_unsynced_on_kill {
+            let latency = std::time::Duration::from_millis(config.testing.lose_unsynced_sync_latency_ms);
+            ftkv_vfs::UnsyncedBufferVfs::over_real(latency)
+        } else {
+            ftkv_vfs::RealVfs::new()
+        };
+        open_fractal(config, vfs, config.engine.cleaner_period())
+            .map(|e| Arc::new(e) as Arc<dyn ftkv_engine::Engine>)
     } else {
         ftkv_engine::open_engine(config.engine.kind, &opts)
     };
@@ -260,17 +270,7 @@ async fn shutdown_signal() {
 pub fn check(config: &Config) -> anyhow::Result<ftkv_engine::IntegrityReport> {
     let _lock = DataDirLock::acquire(&config.data_dir)?;
     if config.engine.kind == ftkv_engine::EngineKind::Fractal {
-        let opts = ftkv_engine::EngineOptions {
-            dir: config.data_dir.join("engine"),
-            cache_size_bytes: config.engine.cache_size.as_u64(),
-            compression_level: config.engine.compression.zstd_level(),
-        };
-        let engine = ftkv_engine::fractal::FractalEngine::open_with_cleaner(
-            ftkv_vfs::RealVfs::new(),
-            &opts,
-            ftkv_engine::fractal::TreeParams::default(),
-            None,
-        )?;
+        let engine = open_fractal(config, ftkv_vfs::RealVfs::new(), None)?;
         return Ok(ftkv_engine::Engine::check_integrity(&engine)?);
     }
     let engine = open_engine(config)?;

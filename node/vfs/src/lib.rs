@@ -806,6 +806,32 @@ pub enum FileLock {
     HeldBy(String),
 }
 
+/// Opens (creating it) the lock file at `path` on the real file system and takes an exclusive
+/// advisory lock (`flock`) on it without waiting; on success writes this process's id into it.
+/// A data directory's `LOCK` (the node's and embedded mode's), so two processes never write one
+/// log or tree. Errors: `io::Error` from opening, locking or writing the file.
+pub fn try_lock_file(path: &Path) -> io::Result<FileLock> {
+    use std::io::Write as _;
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(path).unwrap_or_default();
+            return Ok(FileLock::HeldBy(holder.trim().to_string()));
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(e),
+    }
+    file.set_len(0)?;
+    write!(file, "{}", std::process::id())?;
+    file.sync_all()?;
+    Ok(FileLock::Locked(file))
+}
+
 /// Turns transparent huge pages off for the calling process (`prctl(PR_SET_THP_DISABLE)`, Linux;
 /// inherited by child processes and kept across `exec`). For the binaries' `main`, before any
 /// engine runs. mimalloc asks for huge pages on its arenas (`madvise(MADV_HUGEPAGE)`), and a 2 MiB
@@ -851,30 +877,4 @@ pub fn transparent_huge_pages_disabled() -> io::Result<bool> {
 #[cfg(not(target_os = "linux"))]
 pub fn transparent_huge_pages_disabled() -> io::Result<bool> {
     Ok(false)
-}
-
-/// Opens (creating it) the lock file at `path` on the real file system and takes an exclusive
-/// advisory lock (`flock`) on it without waiting; on success writes this process's id into it.
-/// A data directory's `LOCK` (the node's and embedded mode's), so two processes never write one
-/// log or tree. Errors: `io::Error` from opening, locking or writing the file.
-pub fn try_lock_file(path: &Path) -> io::Result<FileLock> {
-    use std::io::Write as _;
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let holder = std::fs::read_to_string(path).unwrap_or_default();
-            return Ok(FileLock::HeldBy(holder.trim().to_string()));
-        }
-        Err(std::fs::TryLockError::Error(e)) => return Err(e),
-    }
-    file.set_len(0)?;
-    write!(file, "{}", std::process::id())?;
-    file.sync_all()?;
-    Ok(FileLock::Locked(file))
 }

@@ -119,10 +119,9 @@ async fn start_and_run(name: &str, base_port: u16, load: &Load, run: u64) -> any
     }
 }
 
-/// Engine runs use transparent huge pages off, as `ftkv-node` does (the setting is inherited by
-/// the engine children; see `ftkv_vfs::disable_transparent_huge_pages`), so every engine in the
-/// comparison runs under the deployed setting. Cluster runs leave it alone: etcd's processes
-/// would inherit it.
+/// Engine children run with transparent huge pages off, as `ftkv-node` does (see
+/// `ftkv_vfs::disable_transparent_huge_pages`), so every engine in the comparison runs under the
+/// deployed setting. Cluster runs leave it alone: etcd's processes would inherit it.
 fn engine_memory_setup() {
     if let Err(e) = ftkv_vfs::disable_transparent_huge_pages() {
         eprintln!("ftkv-bench: warning: could not turn transparent huge pages off: {e}");
@@ -131,10 +130,7 @@ fn engine_memory_setup() {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Cmd::Engine(args) => {
-            engine_memory_setup();
-            bench::engine::run(&args)
-        }
+        Cmd::Engine(args) => bench::engine::run(&args),
         Cmd::EngineChild { spec } => {
             engine_memory_setup();
             bench::engine::child::run_child(&spec)

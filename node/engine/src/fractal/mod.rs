@@ -436,18 +436,26 @@ fn read_btt(file: &dyn VfsFile, path: &Path, header: &Header) -> Result<BttImage
 
 /// Converts a write op into a message stamped with `msn`; `None` for an empty range.
 fn to_msg(op: &WriteOp, msn: u64) -> Option<Msg> {
+    (!is_empty_range(op))
+        .then(|| to_msg_owned(op.clone(), msn))
+        .flatten()
+}
+
+/// Whether `op` is a range op over an empty range (`end <= start`): it changes nothing.
+fn is_empty_range(op: &WriteOp) -> bool {
     match op {
-        WriteOp::DeleteRange { start, end } | WriteOp::UpsertRange { start, end, .. }
-            if end.as_ref().is_some_and(|e| e <= start) =>
-        {
-            None
+        WriteOp::DeleteRange { start, end } | WriteOp::UpsertRange { start, end, .. } => {
+            end.as_ref().is_some_and(|e| e <= start)
         }
-        _ => to_msg_owned(op.clone(), msn),
+        _ => false,
     }
 }
 
 /// The message of `op` at `msn`, keeping the op's buffers; `None` for an empty range.
 fn to_msg_owned(op: WriteOp, msn: u64) -> Option<Msg> {
+    if is_empty_range(&op) {
+        return None;
+    }
     Some(match op {
         WriteOp::Put { key, value } => Msg::Point {
             msn,
@@ -464,28 +472,18 @@ fn to_msg_owned(op: WriteOp, msn: u64) -> Option<Msg> {
             key,
             op: PointOp::Upsert(op),
         },
-        WriteOp::DeleteRange { start, end } => {
-            if end.as_ref().is_some_and(|e| e <= &start) {
-                return None;
-            }
-            Msg::Range(RangeMsg {
-                msn,
-                start,
-                end,
-                op: RangeOp::Delete,
-            })
-        }
-        WriteOp::UpsertRange { start, end, op } => {
-            if end.as_ref().is_some_and(|e| e <= &start) {
-                return None;
-            }
-            Msg::Range(RangeMsg {
-                msn,
-                start,
-                end,
-                op: RangeOp::Upsert(op),
-            })
-        }
+        WriteOp::DeleteRange { start, end } => Msg::Range(RangeMsg {
+            msn,
+            start,
+            end,
+            op: RangeOp::Delete,
+        }),
+        WriteOp::UpsertRange { start, end, op } => Msg::Range(RangeMsg {
+            msn,
+            start,
+            end,
+            op: RangeOp::Upsert(op),
+        }),
     })
 }
 

@@ -123,10 +123,17 @@ pub struct ChildResult {
 
 /// `VmHWM` (peak resident set) of process `pid` (`"self"` for this one), bytes.
 pub fn vm_hwm_bytes(pid: &str) -> Option<u64> {
+    Some(proc_status_kib(pid, "VmHWM")? * 1024)
+}
+
+/// A `KiB` field (`VmHWM`, `RssAnon`, ...) of `/proc/<pid>/status` (`pid` `"self"` for this
+/// process); `None` when the process or the field is missing.
+pub fn proc_status_kib(pid: &str, field: &str) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    let line = s
+        .lines()
+        .find(|l| l.strip_prefix(field).is_some_and(|rest| rest.starts_with(':')))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// User plus system CPU seconds of this process (`/proc/self/stat`, USER_HZ = 100 on Linux).

@@ -135,7 +135,7 @@ impl BenchKv for FtkvKv {
             "cached {} MiB; memory {:?}; process RssAnon {} KiB; partial reads {:?}; spills {:?}; background flushes {:?}; writeback {:?}; last checkpoint {:?}",
             f.cached_bytes() >> 20,
             f.memory_use(),
-            rss_anon_kib().unwrap_or(0),
+            super::child::proc_status_kib("self", "RssAnon").unwrap_or(0),
             f.partial_read_stats(),
             f.spill_stats(),
             f.flush_totals(),
@@ -282,11 +282,4 @@ pub fn dir_allocated_bytes(dir: &Path) -> u64 {
         }
     }
     total
-}
-
-/// The process's anonymous resident memory (`RssAnon` in `/proc/self/status`), in KiB.
-fn rss_anon_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("RssAnon:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }
