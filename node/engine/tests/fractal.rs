@@ -903,8 +903,9 @@ fn edge_inserts_go_straight_to_the_leaf_and_stay_exact() {
 
 /// Background leaf flushes (a node's worth of spilled runs applied to an uncached leaf on the
 /// flusher thread while the writer goes on, then installed) and spilled runs the writeback
-/// thread encodes and writes, beside checkpoints, range deletes, reads and a crash: reads equal the model after every batch, every invariant holds, and a
-/// crash returns the last checkpoint.
+/// thread encodes and writes, and dirty eviction victims it writes before they leave the cache,
+/// beside checkpoints, range deletes, reads and a crash: reads equal the model after every
+/// batch, every invariant holds, and a crash returns the last checkpoint.
 #[test]
 fn background_leaf_flushes_keep_reads_exact_and_survive_a_crash() {
     let params = TreeParams {
@@ -953,6 +954,9 @@ fn background_leaf_flushes_keep_reads_exact_and_survive_a_crash() {
         // checkpoint writes those still pending).
         let wb = e.writeback_totals();
         assert!(wb.runs_written > 0, "{wb:?} (seed {seed})");
+        // Dirty eviction victims went to the writeback thread too (evicted once written).
+        let ev = e.eviction_stats();
+        assert!(ev.handed_to_writeback > 0, "{ev:?} (seed {seed})");
         drop(e);
         vfs.crash(false);
         let e = open();

@@ -227,6 +227,12 @@ impl FractalEngine {
         self.inner.read().tree.store.partial_stats()
     }
 
+    /// Cachetable evictions since open (clean drops, dirty nodes written inline or handed to
+    /// the writeback thread).
+    pub fn eviction_stats(&self) -> store::EvictionStats {
+        self.inner.read().tree.store.eviction_stats()
+    }
+
     /// Spilled-run counters since open.
     pub fn spill_stats(&self) -> tree::SpillStats {
         self.inner.read().tree.spill_stats

@@ -132,11 +132,12 @@ impl BenchKv for FtkvKv {
     fn engine_notes(&self) -> Option<String> {
         let f = self.1.as_ref()?;
         Some(format!(
-            "cached {} MiB; memory {:?}; process RssAnon {} KiB; partial reads {:?}; spills {:?}; background flushes {:?}; writeback {:?}; last checkpoint {:?}",
+            "cached {} MiB; memory {:?}; process RssAnon {} KiB; partial reads {:?}; evictions {:?}; spills {:?}; background flushes {:?}; writeback {:?}; last checkpoint {:?}",
             f.cached_bytes() >> 20,
             f.memory_use(),
             super::child::proc_status_kib("self", "RssAnon").unwrap_or(0),
             f.partial_read_stats(),
+            f.eviction_stats(),
             f.spill_stats(),
             f.flush_totals(),
             f.writeback_totals(),
