@@ -236,6 +236,16 @@ pub struct Store {
     evicting_bytes: usize,
 }
 
+/// What [`Store::push_in_place`] did.
+pub enum InPlacePush {
+    /// The message is in the node, which stays within the limit.
+    Done,
+    /// The message is in the node, which is now over the limit (flush it).
+    Gorged,
+    /// The node could not take it in place: the message, for the take-and-put path.
+    NotHere(Msg),
+}
+
 /// Counters of cachetable eviction since open.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EvictionStats {
@@ -1361,6 +1371,44 @@ impl Store {
     pub fn put(&mut self, id: NodeId, node: Node) {
         let clock = if node.height() > 0 { CLOCK_MAX } else { 1 };
         self.insert(id, node, true, clock);
+    }
+
+    /// Pushes `msg` into the buffers of cached internal node `id` where it sits in the cache
+    /// (no take and put: the root takes every message), marking it modified as
+    /// [`Store::put`] would. `NotHere` (the message back) when the node is not cached, is a
+    /// leaf, has one child, or is shared with a checkpoint or writeback job in progress;
+    /// `Gorged` when the message is in and the node is now over `limit_bytes`.
+    pub fn push_in_place(&mut self, id: NodeId, msg: Msg, limit_bytes: usize) -> InPlacePush {
+        let Some(e) = self.cache.get_mut(&id) else {
+            return InPlacePush::NotHere(msg);
+        };
+        let Some(Node::Internal(n)) = Arc::get_mut(&mut e.node) else {
+            return InPlacePush::NotHere(msg);
+        };
+        if n.children.len() < 2 {
+            return InPlacePush::NotHere(msg);
+        }
+        n.push_msg(msg);
+        let bytes = n.size_bytes();
+        // The entry's counters, as remove_entry and insert would leave them.
+        self.cached_bytes = self.cached_bytes - e.bytes + bytes;
+        if e.dirty {
+            self.dirty_bytes -= e.bytes;
+        }
+        if e.evicting {
+            self.evicting_bytes -= e.bytes;
+            e.evicting = false;
+        }
+        e.dirty = true;
+        self.dirty_bytes += bytes;
+        e.bytes = bytes;
+        e.modified_epoch = self.write_epoch;
+        *e.clock.get_mut() = CLOCK_MAX;
+        if bytes > limit_bytes {
+            InPlacePush::Gorged
+        } else {
+            InPlacePush::Done
+        }
     }
 
     /// Whether the cache is under pressure: the engine's memory ([`Store::memory_bytes`], which

@@ -11,7 +11,7 @@ use super::msg::{apply_point, apply_range, key_hash, Buffer, Msg, Msn, PointOp, 
 use super::node::{
     child_bounds, child_index, chunk_entries, split_entries_even, Basement, Internal, Leaf, Node, NodeId,
 };
-use super::store::{CheckpointJob, Store};
+use super::store::{CheckpointJob, InPlacePush, Store};
 use crate::{EngineError, IntegrityReport, KeyValue, Result};
 
 /// Shape parameters of a fractal tree (PerconaFT defaults in `ft/ft-internal.h`).
@@ -277,14 +277,27 @@ impl Tree {
             return Ok(());
         };
         let root_id = self.root;
+        // A cached internal root takes the message where it sits; it is taken out of the cache
+        // only to flush (or when it cannot, see `push_in_place`).
+        let limit = self.gorge_limit_bytes(true, false);
+        let msg = match self.store.push_in_place(root_id, msg, limit) {
+            InPlacePush::Done => return Ok(()),
+            InPlacePush::Gorged => None,
+            InPlacePush::NotHere(msg) => Some(msg),
+        };
         let mut root = self.store.take(root_id)?;
-        match &mut root {
-            Node::Leaf(l) => {
+        match (&mut root, msg) {
+            (Node::Leaf(l), Some(msg)) => {
                 l.apply(&msg);
                 l.normalize(self.params.basement_size_bytes);
             }
-            Node::Internal(n) => {
-                n.push_msg(msg);
+            (Node::Leaf(_), None) => {
+                return Err(corrupt(format!("node {root_id}"), "root changed to a leaf during a push"));
+            }
+            (Node::Internal(n), msg) => {
+                if let Some(msg) = msg {
+                    n.push_msg(msg);
+                }
                 self.flush_while_gorged(n, ROOT_EDGES, true)?;
             }
         }
