@@ -659,6 +659,8 @@ fn spilled_runs_keep_reads_exact_and_survive_reopen() {
     assert!(report.height >= 3, "{report:?}");
     let st = e.spill_stats();
     assert!(st.runs_spilled > 0 && st.runs_merged > 0, "{st:?}");
+    // Runs flushed into internal nodes went on to their uncached children as runs.
+    assert!(st.runs_handed_down > 0, "{st:?}");
     // Lookups read runs one frame at a time (each read here is one key or a short scan).
     let pr = e.partial_read_stats();
     assert!(pr.run_frame_reads > 0, "{pr:?}");
@@ -957,6 +959,8 @@ fn background_leaf_flushes_keep_reads_exact_and_survive_a_crash() {
         // Dirty eviction victims went to the writeback thread too (evicted once written).
         let ev = e.eviction_stats();
         assert!(ev.handed_to_writeback > 0, "{ev:?} (seed {seed})");
+        let st = e.spill_stats();
+        assert!(st.runs_handed_down > 0, "{st:?} (seed {seed})");
         drop(e);
         vfs.crash(false);
         let e = open();

@@ -250,6 +250,9 @@ pub struct SpillStats {
     pub edge_inserts: u64,
     /// Buffers flushed (or spilled) by the cleaner thread between write batches.
     pub cleaner_flushes: u64,
+    /// Runs written straight from the runs of a flush into an internal node, for its children
+    /// that were not cached (see [`Tree::hand_down`]); also counted in `runs_spilled`.
+    pub runs_handed_down: u64,
 }
 
 impl Tree {
@@ -454,6 +457,16 @@ impl Tree {
         let run = self.write_run(msgs)?;
         b.push_spilled(run);
         self.spill_stats.runs_spilled += 1;
+        self.after_spill(n, i)
+    }
+
+    /// After a run was added to buffer `i` of `n` (child not cached): starts a background flush
+    /// of the child's runs once they add up to a node, or merges many small runs into one; true
+    /// when the flush into the child can wait, false when the caller must flush now.
+    fn after_spill(&mut self, n: &mut Internal, i: usize) -> Result<bool> {
+        let (Some(b), Some(&cid)) = (n.buffers.get_mut(i), n.children.get(i)) else {
+            return Ok(false);
+        };
         if self.flush_busy(cid) {
             // The oldest runs are being applied to the leaf in the background: keep spilling
             // (no compaction of the runs it reads); with too many runs the normal flush waits
@@ -868,6 +881,11 @@ impl Tree {
             msgs = all;
         }
         let mut child = self.store.take(cid)?;
+        let msgs = match &mut child {
+            // Messages from runs go on to the child's own uncached children as runs.
+            Node::Internal(c) if had_runs && c.height + 1 == parent.height => self.hand_down(c, ce, msgs)?,
+            _ => msgs,
+        };
         if child.height() + 1 != parent.height {
             return Err(corrupt(
                 format!("node {cid}"),
@@ -939,6 +957,69 @@ impl Tree {
             }
         }
         Ok(())
+    }
+
+    /// Run hand-down: the messages of spilled runs flushed into internal node `c` (MSN order)
+    /// that belong to a child of `c` that is not cached go straight into a new run for that
+    /// child, merged with the point messages `c`'s buffer holds for it (older, so the run stays
+    /// older than anything left in memory), instead of being pushed into `c`'s buffers one by
+    /// one, only to be taken out, sorted and spilled again when `c` gorges (SplinterDB flushes
+    /// whole branches the same way, Conway et al., USENIX ATC 2020). A child's share goes this
+    /// way when it is at least a 32nd of a node with its buffer; smaller shares, shares for
+    /// cached children or for buffers holding range messages, and any batch with range
+    /// messages are returned to be pushed as before. Runs that add up to a node start a flush
+    /// of the child ([`Tree::after_spill`]).
+    fn hand_down(&mut self, c: &mut Internal, ce: Edges, msgs: Vec<Msg>) -> Result<Vec<Msg>> {
+        if msgs.iter().any(|m| matches!(m, Msg::Range(_))) {
+            return Ok(msgs);
+        }
+        let min_bytes = self.params.node_size_bytes / 32;
+        let mut groups: Vec<(Vec<Msg>, usize)> = (0..c.children.len()).map(|_| (Vec::new(), 0)).collect();
+        for m in msgs {
+            if let Msg::Point { key, .. } = &m {
+                let j = child_index(&c.pivots, key);
+                if let Some(g) = groups.get_mut(j) {
+                    g.1 += m.size_bytes();
+                    g.0.push(m);
+                }
+            }
+        }
+        let mut rest = Vec::new();
+        let mut spilled_into = Vec::new();
+        for (j, (group, bytes)) in groups.into_iter().enumerate() {
+            if group.is_empty() {
+                continue;
+            }
+            let (Some(b), Some(&gc)) = (c.buffers.get_mut(j), c.children.get(j)) else {
+                rest.extend(group);
+                continue;
+            };
+            if self.store.is_cached(gc) || !b.range_msgs().is_empty() || bytes + b.bytes() < min_bytes {
+                rest.extend(group);
+                continue;
+            }
+            let mut run = b.take_points();
+            run.extend(group);
+            super::msg::sort_points_by_key(&mut run);
+            drop_superseded(&mut run);
+            let r = self.write_run(run)?;
+            b.push_spilled(r);
+            self.spill_stats.runs_spilled += 1;
+            self.spill_stats.runs_handed_down += 1;
+            spilled_into.push(gc);
+        }
+        // Children whose runs now add up to a node are flushed (in the background when the
+        // flusher has room). Found by id: a flush may split or merge children.
+        for gc in spilled_into {
+            let Some(j) = c.children.iter().position(|&x| x == gc) else {
+                continue;
+            };
+            if !self.after_spill(c, j)? {
+                let je = child_edges(ce, j, c.children.len());
+                self.flush_into_child(c, j, je)?;
+            }
+        }
+        Ok(rest)
     }
 
     fn insert_siblings(&mut self, parent: &mut Internal, i: usize, extras: Vec<(Vec<u8>, Node)>) {
@@ -1755,10 +1836,74 @@ fn check_run(
     Ok(())
 }
 
+/// Drops, from point messages sorted by (key, MSN), exact duplicates (the same key and MSN,
+/// re-delivered) and messages a newer `Put` or `Delete` of the same key supersedes, as
+/// [`Buffer::push`] does.
+fn drop_superseded(msgs: &mut Vec<Msg>) {
+    let mut out: Vec<Msg> = Vec::with_capacity(msgs.len());
+    for m in msgs.drain(..) {
+        if let Msg::Point { key, msn, op } = &m {
+            let supersedes = matches!(op, PointOp::Put(_) | PointOp::Delete);
+            while let Some(Msg::Point { key: pk, msn: pm, .. }) = out.last() {
+                if pk != key || !(pm == msn || supersedes) {
+                    break;
+                }
+                out.pop();
+            }
+        }
+        out.push(m);
+    }
+    *msgs = out;
+}
+
 fn min_bound<'a>(a: Option<&'a [u8]>, b: Option<&'a [u8]>) -> Option<&'a [u8]> {
     match (a, b) {
         (Some(x), Some(y)) => Some(x.min(y)),
         (Some(x), None) => Some(x),
         (None, y) => y,
+    }
+}
+
+#[cfg(test)]
+mod hand_down_tests {
+    use super::{drop_superseded, Msg, PointOp};
+    use crate::UpsertOp;
+
+    fn point(key: &[u8], msn: u64, op: PointOp) -> Msg {
+        Msg::Point {
+            key: key.to_vec(),
+            msn,
+            op,
+        }
+    }
+
+    /// Sorted (key, MSN) input: a Put or Delete drops the older messages of its key (however
+    /// many), re-delivered duplicates collapse to one, and upserts after the newest Put stay.
+    #[test]
+    fn drop_superseded_keeps_what_can_still_change_the_outcome() {
+        let add = || PointOp::Upsert(UpsertOp::Add(1));
+        let mut msgs = vec![
+            point(b"a", 1, add()),
+            point(b"a", 2, add()),
+            point(b"a", 3, PointOp::Put(b"x".to_vec())),
+            point(b"a", 3, PointOp::Put(b"x".to_vec())),
+            point(b"a", 5, add()),
+            point(b"b", 1, PointOp::Put(b"y".to_vec())),
+            point(b"b", 4, add()),
+            point(b"b", 4, add()),
+            point(b"c", 2, add()),
+            point(b"c", 6, PointOp::Delete),
+        ];
+        drop_superseded(&mut msgs);
+        assert_eq!(
+            msgs,
+            vec![
+                point(b"a", 3, PointOp::Put(b"x".to_vec())),
+                point(b"a", 5, add()),
+                point(b"b", 1, PointOp::Put(b"y".to_vec())),
+                point(b"b", 4, add()),
+                point(b"c", 6, PointOp::Delete),
+            ]
+        );
     }
 }
