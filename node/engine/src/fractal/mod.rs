@@ -26,9 +26,13 @@
 //! immutable run on disk instead of reading the child; a buffer's runs merge into the child once
 //! they add up to a node (16 small runs first merge into one), so a leaf is rewritten once per
 //! node's worth of messages instead of once per sixteenth (SplinterDB's size-tiered Bε-tree,
-//! Conway et al., USENIX ATC 2020). Under cache pressure internal nodes below the root gorge at a
-//! quarter node, so they stay cached. Runs are cut into frames of ~4 KiB (raw), compressed one by one, behind a
-//! fence-key index, so a lookup whose key a run's filter accepts decompresses one frame.
+//! Conway et al., USENIX ATC 2020). Under cache pressure (the engine's memory over three
+//! quarters of the budget) internal nodes below the root gorge at a quarter node, so they stay
+//! cached. Runs merged into an internal node are handed down: the messages for its children
+//! that are not cached go straight into new runs for them (with what its buffer holds for them)
+//! instead of through its buffers. Runs are cut into frames of ~4 KiB (raw), compressed one by
+//! one, behind a fence-key index, so a lookup whose key a run's filter accepts decompresses one
+//! frame.
 //!
 //! Sequential inserts: a point message beyond the last key of the rightmost leaf (or before the
 //! first of the leftmost), with nothing pending for that edge on the way down, is applied straight
@@ -40,8 +44,10 @@
 //! buffer, the leaf splits). [`writeback`] encodes (compresses) and writes spilled runs and
 //! dirty nodes: the runs the writer spilled (readable from memory until their block is
 //! adopted; a checkpoint writes those still pending; at most an eighth of the budget waits,
-//! beyond that the writer encodes a run itself), the leaves a flush produced (then evicted)
-//! and idle dirty nodes when too many are dirty. The writer waits for writeback only when the
+//! beyond that the writer encodes a run itself), the leaves a flush produced (then evicted),
+//! dirty eviction victims (evicted once written; they stay cached meanwhile, counted in the
+//! background share, and the writer encodes a victim itself only when that share is full) and
+//! idle dirty nodes when too many are dirty. The writer waits for writeback only when the
 //! engine's memory runs over budget (back-pressure).
 //! A quarter of the budget stays free for the background threads (a flush in flight reserves
 //! its decoded leaf and runs from it, at most one quarter's worth at a time); a buffer whose
@@ -298,7 +304,9 @@ impl FractalEngine {
                     }
                     t.store.evict_to_budget(t.root)?;
                     i += 1;
-                    if t.store.runs_to_hand_over() {
+                    // Checked every few messages: while a job runs the hand-over waits, and
+                    // asking the thread after every message cost 3% of the writer's time.
+                    if (i - at) % HAND_OVER_EVERY_MSGS == 0 && t.store.runs_to_hand_over() {
                         break;
                     }
                 }
@@ -328,6 +336,10 @@ impl FractalEngine {
         self.inner.read().tree.store.memory_use()
     }
 }
+
+/// Within a write batch, how often (in messages) the writer looks for spilled runs or eviction
+/// victims to hand to an idle writeback thread.
+const HAND_OVER_EVERY_MSGS: usize = 16;
 
 /// Writes an empty tree (one empty leaf) with a first checkpoint to a temporary file, then
 /// renames it into place and syncs the directory: a crash leaves either no tree or a valid one.

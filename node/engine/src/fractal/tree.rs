@@ -420,10 +420,10 @@ impl Tree {
     }
 
     /// Flushes (or spills) the heaviest buffers of `n` while it is gorged. A node below the root
-    /// counts as gorged at a quarter of the node size while the cache is under pressure (over
-    /// three quarters full), so internal nodes stay small enough to stay cached and spill to
-    /// runs early instead of being evicted and re-read whole (flushing driven by cache
-    /// pressure, ENGINE.md).
+    /// counts as gorged at a quarter of the node size while the cache is under pressure (the
+    /// engine's memory over three quarters of the budget, [`Store::under_pressure`]), so
+    /// internal nodes stay small enough to stay cached and spill to runs early instead of being
+    /// evicted and re-read whole (flushing driven by cache pressure, ENGINE.md).
     fn flush_while_gorged(&mut self, n: &mut Internal, edges: Edges, is_root: bool) -> Result<()> {
         let mut rounds = 0;
         let limit = self.gorge_limit_bytes(is_root, self.store.under_pressure());
@@ -491,6 +491,7 @@ impl Tree {
             self.spill_stats.runs_compacted += 1;
             let mut msgs = self.take_runs(runs)?;
             super::msg::sort_points_by_key(&mut msgs);
+            drop_superseded(&mut msgs);
             let run = self.write_run(msgs)?;
             if let Some(b) = n.buffers.get_mut(i) {
                 b.push_spilled(run);
@@ -818,7 +819,8 @@ impl Tree {
         Ok(run)
     }
 
-    /// Reads and frees the spilled runs of a buffer: their messages in MSN order.
+    /// Reads and frees the spilled runs of a buffer: their messages, run after run (each run in
+    /// (key, MSN) order; callers sort as they need).
     fn take_runs(&mut self, runs: Vec<RunRef>) -> Result<Vec<Msg>> {
         let mut out = Vec::new();
         for r in &runs {
@@ -834,7 +836,6 @@ impl Tree {
         for r in runs {
             self.store.delete(r.id);
         }
-        out.sort_by_key(Msg::msn);
         Ok(out)
     }
 
@@ -874,18 +875,21 @@ impl Tree {
         let mut msgs = buf.take_all();
         if !runs.is_empty() {
             self.spill_stats.runs_merged += runs.len() as u64;
-            // Runs hold older messages than the buffer; one MSN-ordered stream for the child.
+            // Runs hold older messages than the buffer (sorted by MSN below).
             let mut all = self.take_runs(runs)?;
             all.append(&mut msgs);
-            all.sort_by_key(Msg::msn);
             msgs = all;
         }
         let mut child = self.store.take(cid)?;
-        let msgs = match &mut child {
+        let mut msgs = match &mut child {
             // Messages from runs go on to the child's own uncached children as runs.
             Node::Internal(c) if had_runs && c.height + 1 == parent.height => self.hand_down(c, ce, msgs)?,
             _ => msgs,
         };
+        if had_runs {
+            // One MSN-ordered stream for the child (what hand-down left, or everything).
+            msgs.sort_by_key(Msg::msn);
+        }
         if child.height() + 1 != parent.height {
             return Err(corrupt(
                 format!("node {cid}"),
@@ -959,7 +963,7 @@ impl Tree {
         Ok(())
     }
 
-    /// Run hand-down: the messages of spilled runs flushed into internal node `c` (MSN order)
+    /// Run hand-down: the messages of spilled runs flushed into internal node `c` (any order)
     /// that belong to a child of `c` that is not cached go straight into a new run for that
     /// child, merged with the point messages `c`'s buffer holds for it (older, so the run stays
     /// older than anything left in memory), instead of being pushed into `c`'s buffers one by
@@ -968,7 +972,7 @@ impl Tree {
     /// way when it is at least a 32nd of a node with its buffer; smaller shares, shares for
     /// cached children or for buffers holding range messages, and any batch with range
     /// messages are returned to be pushed as before. Runs that add up to a node start a flush
-    /// of the child ([`Tree::after_spill`]).
+    /// of the child ([`Tree::after_spill`]). What is returned keeps the order it came in.
     fn hand_down(&mut self, c: &mut Internal, ce: Edges, msgs: Vec<Msg>) -> Result<Vec<Msg>> {
         if msgs.iter().any(|m| matches!(m, Msg::Range(_))) {
             return Ok(msgs);
