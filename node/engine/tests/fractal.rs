@@ -968,3 +968,50 @@ fn background_leaf_flushes_keep_reads_exact_and_survive_a_crash() {
         e.check_integrity().unwrap();
     }
 }
+
+/// Loads beyond a small cache, then deletes most keys in random order beside new puts, so
+/// spilled runs are handed down to leaves that then shrink and merge with neighbours whose
+/// buffers received messages in the same flush: every read equals the model after every
+/// batch (a merge must never take a message pushed after it as already applied).
+#[test]
+fn hand_down_then_merges_keep_every_write() {
+    let params = TreeParams {
+        node_size_bytes: 16 << 10,
+        basement_size_bytes: 2 << 10,
+        fanout: 4,
+    };
+    for seed in 41u64..47 {
+        let vfs = FaultVfs::new(seed);
+        let e = open_on(&vfs, params, [64u64 << 10, 128 << 10, 256 << 10][(seed % 3) as usize]);
+        let mut model = BTreeMap::new();
+        let mut x: u64 = seed;
+        let keys = 20_000u64;
+        for round in 0..60u64 {
+            let delete_one_in = if round < 20 { 50 } else { 2 };
+            let ops: Vec<WriteOp> = (0..1000)
+                .map(|_| {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let k = key((x >> 33) % keys);
+                    if (x >> 20).is_multiple_of(delete_one_in) {
+                        WriteOp::Delete { key: k }
+                    } else {
+                        WriteOp::Put {
+                            key: k,
+                            value: format!("v{round}-{}", x % 997).into_bytes(),
+                        }
+                    }
+                })
+                .collect();
+            e.write(&ops, None).unwrap();
+            apply_ops(&mut model, &ops);
+            assert_eq!(dump(&e), model, "round {round} seed {seed}");
+            if round % 10 == 9 {
+                e.check_integrity().unwrap();
+            }
+        }
+        let st = e.spill_stats();
+        assert!(st.runs_handed_down > 0, "{st:?} (seed {seed})");
+    }
+}

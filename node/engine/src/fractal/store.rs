@@ -491,7 +491,8 @@ impl Store {
     }
 
     /// Memory the engine holds against its budget: cached nodes, the side cache of partial
-    /// reads, and what background flushes in flight hold.
+    /// reads, pending spilled runs, and background work (flushes in flight and eviction victims
+    /// queued for the writeback thread, or the share kept for them if that is more).
     pub fn memory_bytes(&self) -> usize {
         (self.cached_bytes - self.evicting_bytes)
             + self.partial_bytes
@@ -1412,9 +1413,9 @@ impl Store {
     }
 
     /// Whether the cache is under pressure: the engine's memory ([`Store::memory_bytes`], which
-    /// counts the share kept for background work) over three quarters of the budget. Cached
-    /// nodes alone never get there, since eviction keeps them under the budget less that share
-    /// (comparing them alone left every internal node at a whole node's size beyond memory, too
+    /// counts the share kept for background work) over three quarters of the budget. With
+    /// background threads (a share of a quarter), cached nodes alone never get there, since
+    /// eviction keeps them under the budget less that share (comparing them alone left every internal node at a whole node's size beyond memory, too
     /// many to stay cached: each was evicted dirty and read back whole, a third of the writer's
     /// time; measured 390K -> 508K rows/s at 20 M rows in 256 MiB).
     pub fn under_pressure(&self) -> bool {
@@ -1442,8 +1443,10 @@ impl Store {
     }
 
     /// Evicts nodes with CLOCK until the cache fits its budget. Clean victims go first; a dirty
-    /// one is written here (copy-on-write) only after the hand passed a ring's length of dirty
-    /// victims, since the writeback thread writes dirty nodes on the other core (measured on the
+    /// one is taken only after the hand passed a ring's length of dirty victims, and then
+    /// queued for the writeback thread (evicted once written, counted in the background share)
+    /// or, when that share is full or there is no thread, written here (copy-on-write); the
+    /// writeback thread writes dirty nodes on the other core (clean-first measured on the
     /// 10 M-row beyond-memory load: 409,663 and 384,526 rows/s against 386,082 and 320,596 when
     /// every dirty victim was written inline, together with [`super::msg::key_cmp`]). `pinned`
     /// (the root) is never evicted. Errors: `Io` from writing a dirty victim.
@@ -1667,7 +1670,10 @@ impl Store {
         let mut soon = std::mem::take(&mut self.write_soon).into_iter();
         for id in soon.by_ref() {
             let Some(e) = self.cache.get(&id) else { continue };
-            if e.dirty && id != pinned && Arc::strong_count(&e.node) == 1 {
+            // Queued eviction victims, and leaves a flush rewrote; a victim modified since it
+            // was queued is a new entry, back in the CLOCK ring's course.
+            let queued = e.evicting || e.node.height() == 0;
+            if queued && e.dirty && id != pinned && Arc::strong_count(&e.node) == 1 {
                 nodes.push(PendingNode {
                     id,
                     node: Arc::clone(&e.node),
@@ -1779,6 +1785,9 @@ impl Store {
                 if w.evict_after && w.id != root {
                     // The CLOCK ring drops ids without a cache entry when its hand reaches them.
                     self.remove_entry(w.id);
+                } else if w.evict_after {
+                    // Became the root meanwhile: it stays.
+                    self.unmark_evicting(w.id);
                 }
                 stats.adopted += 1;
             } else if w.evict_after {

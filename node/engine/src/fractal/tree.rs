@@ -883,11 +883,14 @@ impl Tree {
         let mut child = self.store.take(cid)?;
         let mut msgs = match &mut child {
             // Messages from runs go on to the child's own uncached children as runs.
-            Node::Internal(c) if had_runs && c.height + 1 == parent.height => self.hand_down(c, ce, msgs)?,
+            Node::Internal(c) if had_runs && c.height + 1 == parent.height => {
+                self.hand_down(c, ce, msgs)?;
+                Vec::new()
+            }
             _ => msgs,
         };
         if had_runs {
-            // One MSN-ordered stream for the child (what hand-down left, or everything).
+            // One MSN-ordered stream for the child.
             msgs.sort_by_key(Msg::msn);
         }
         if child.height() + 1 != parent.height {
@@ -963,19 +966,26 @@ impl Tree {
         Ok(())
     }
 
-    /// Run hand-down: the messages of spilled runs flushed into internal node `c` (any order)
-    /// that belong to a child of `c` that is not cached go straight into a new run for that
-    /// child, merged with the point messages `c`'s buffer holds for it (older, so the run stays
-    /// older than anything left in memory), instead of being pushed into `c`'s buffers one by
-    /// one, only to be taken out, sorted and spilled again when `c` gorges (SplinterDB flushes
-    /// whole branches the same way, Conway et al., USENIX ATC 2020). A child's share goes this
-    /// way when it is at least a 32nd of a node with its buffer; smaller shares, shares for
-    /// cached children or for buffers holding range messages, and any batch with range
-    /// messages are returned to be pushed as before. Runs that add up to a node start a flush
-    /// of the child ([`Tree::after_spill`]). What is returned keeps the order it came in.
-    fn hand_down(&mut self, c: &mut Internal, ce: Edges, msgs: Vec<Msg>) -> Result<Vec<Msg>> {
+    /// Run hand-down: of the messages flushed into internal node `c` together with spilled
+    /// runs (any order), those for a child of `c` that is not cached go straight into a new run
+    /// for that child, merged with the point messages `c`'s buffer holds for it (older, so the
+    /// run stays older than anything left in memory), instead of being pushed into `c`'s
+    /// buffers one by one, only to be taken out, sorted and spilled again when `c` gorges
+    /// (SplinterDB flushes whole branches the same way, Conway et al., USENIX ATC 2020). A
+    /// child's share goes this way when it is at least a 32nd of a node with its buffer; smaller
+    /// shares, shares for cached children or for buffers holding range messages, and all of a
+    /// batch with range messages are pushed into `c`'s buffers in MSN order. Only then are the
+    /// children whose runs add up to a node flushed ([`Tree::after_spill`]): such a flush may
+    /// merge a child with a neighbour after flushing the neighbour's buffer, which must by then
+    /// hold every message for it (a merged leaf's basements take the newest MSN of both, so a
+    /// message pushed after the merge would be taken as already applied).
+    fn hand_down(&mut self, c: &mut Internal, ce: Edges, mut msgs: Vec<Msg>) -> Result<()> {
         if msgs.iter().any(|m| matches!(m, Msg::Range(_))) {
-            return Ok(msgs);
+            msgs.sort_by_key(Msg::msn);
+            for m in msgs {
+                c.push_msg(m);
+            }
+            return Ok(());
         }
         let min_bytes = self.params.node_size_bytes / 32;
         let mut groups: Vec<(Vec<Msg>, usize)> = (0..c.children.len()).map(|_| (Vec::new(), 0)).collect();
@@ -1012,6 +1022,10 @@ impl Tree {
             self.spill_stats.runs_handed_down += 1;
             spilled_into.push(gc);
         }
+        rest.sort_by_key(Msg::msn);
+        for m in rest {
+            c.push_msg(m);
+        }
         // Children whose runs now add up to a node are flushed (in the background when the
         // flusher has room). Found by id: a flush may split or merge children.
         for gc in spilled_into {
@@ -1023,7 +1037,7 @@ impl Tree {
                 self.flush_into_child(c, j, je)?;
             }
         }
-        Ok(rest)
+        Ok(())
     }
 
     fn insert_siblings(&mut self, parent: &mut Internal, i: usize, extras: Vec<(Vec<u8>, Node)>) {
