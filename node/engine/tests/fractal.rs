@@ -982,7 +982,11 @@ fn hand_down_then_merges_keep_every_write() {
     };
     for seed in 41u64..47 {
         let vfs = FaultVfs::new(seed);
-        let e = open_on(&vfs, params, [64u64 << 10, 128 << 10, 256 << 10][(seed % 3) as usize]);
+        let e = open_on(
+            &vfs,
+            params,
+            [64u64 << 10, 128 << 10, 256 << 10][(seed % 3) as usize],
+        );
         let mut model = BTreeMap::new();
         let mut x: u64 = seed;
         let keys = 20_000u64;

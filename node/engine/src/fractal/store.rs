@@ -1469,7 +1469,9 @@ impl Store {
         // beyond that.
         let mut dirty_skips = 0usize;
         let ring_len_at_start = self.ring.len();
-        while self.cached_bytes - self.evicting_bytes > budget && self.cache.len() > 1 && !self.ring.is_empty()
+        while self.cached_bytes - self.evicting_bytes > budget
+            && self.cache.len() > 1
+            && !self.ring.is_empty()
         {
             steps += 1;
             if steps > 8 * (ring_len_at_start + 8) {

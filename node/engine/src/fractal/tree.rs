@@ -295,7 +295,10 @@ impl Tree {
                 l.normalize(self.params.basement_size_bytes);
             }
             (Node::Leaf(_), None) => {
-                return Err(corrupt(format!("node {root_id}"), "root changed to a leaf during a push"));
+                return Err(corrupt(
+                    format!("node {root_id}"),
+                    "root changed to a leaf during a push",
+                ));
             }
             (Node::Internal(n), msg) => {
                 if let Some(msg) = msg {
