@@ -1672,8 +1672,9 @@ impl Store {
         let mut soon = std::mem::take(&mut self.write_soon).into_iter();
         for id in soon.by_ref() {
             let Some(e) = self.cache.get(&id) else { continue };
-            // Queued eviction victims, and leaves a flush rewrote; a victim modified since it
-            // was queued is a new entry, back in the CLOCK ring's course.
+            // Queued eviction victims, and leaves (a flush rewrote them, or a victim leaf was
+            // modified since: written and evicted all the same); an internal victim modified
+            // since it was queued is a new entry, back in the CLOCK ring's course.
             let queued = e.evicting || e.node.height() == 0;
             if queued && e.dirty && id != pinned && Arc::strong_count(&e.node) == 1 {
                 nodes.push(PendingNode {
