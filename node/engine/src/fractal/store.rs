@@ -1415,9 +1415,10 @@ impl Store {
     /// Whether the cache is under pressure: the engine's memory ([`Store::memory_bytes`], which
     /// counts the share kept for background work) over three quarters of the budget. With
     /// background threads (a share of a quarter), cached nodes alone never get there, since
-    /// eviction keeps them under the budget less that share (comparing them alone left every internal node at a whole node's size beyond memory, too
-    /// many to stay cached: each was evicted dirty and read back whole, a third of the writer's
-    /// time; measured 390K -> 508K rows/s at 20 M rows in 256 MiB).
+    /// eviction keeps them under the budget less that share. Comparing them alone left every
+    /// internal node at a whole node's size beyond memory, too many to stay cached: each was
+    /// evicted dirty and read back whole, a third of the writer's time (measured 390K -> 508K
+    /// rows/s at 20 M rows in 256 MiB).
     pub fn under_pressure(&self) -> bool {
         self.memory_bytes() > self.budget_bytes / 4 * 3
     }
