@@ -995,10 +995,14 @@ impl Tree {
         for m in msgs {
             if let Msg::Point { key, .. } = &m {
                 let j = child_index(&c.pivots, key);
-                if let Some(g) = groups.get_mut(j) {
-                    g.1 += m.size_bytes();
-                    g.0.push(m);
-                }
+                let Some(g) = groups.get_mut(j) else {
+                    return Err(corrupt(
+                        format!("{} internal node", self.store.path().display()),
+                        format!("child index {j} of {} children", c.children.len()),
+                    ));
+                };
+                g.1 += m.size_bytes();
+                g.0.push(m);
             }
         }
         let mut rest = Vec::new();
