@@ -611,6 +611,88 @@ fn evicted_leaves_keep_their_skeleton_for_point_reads() {
     assert!(leaf_infos < 10, "{leaf_infos} partition-0 reads; {st:?}");
 }
 
+/// A frame of an uncached leaf is read from the file and not kept on its first read (readers
+/// do this under the shared lock, side by side), kept in the side cache on its second, and
+/// served from memory on its third; every read returns the model's value, from reader threads
+/// as well.
+#[test]
+fn uncached_frames_are_kept_only_when_read_again() {
+    let params = TreeParams {
+        node_size_bytes: 64 << 10,
+        basement_size_bytes: 4 << 10,
+        fanout: 8,
+    };
+    let vfs = FaultVfs::new(22);
+    let e = open_on(&vfs, params, 2 << 20);
+    let mut model = BTreeMap::new();
+    let mut x: u64 = 7;
+    for round in 0..20u64 {
+        let ops: Vec<WriteOp> = (0..4000u64)
+            .map(|i| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                WriteOp::Put {
+                    key: key((x >> 33) % 80_000),
+                    value: format!("{round}-{i}-{}", "v".repeat(100)).into_bytes(),
+                }
+            })
+            .collect();
+        e.write(&ops, None).unwrap();
+        apply_ops(&mut model, &ops);
+    }
+    e.checkpoint().unwrap();
+    let frames_now = || e.partial_read_stats().frames;
+    let side_now = || e.memory_use().side_cache_bytes;
+    // Ten keys far apart whose first read reads a frame (of a leaf the 2 MiB cache does not
+    // hold whole, for a key no buffer overrides).
+    let mut sample: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    for (k, v) in model.iter().step_by(model.len() / 40) {
+        let before = frames_now();
+        assert_eq!(e.get(k).unwrap().as_ref(), Some(v));
+        if frames_now() == before + 1 && sample.len() < 10 {
+            sample.push((k.clone(), v.clone()));
+        }
+    }
+    assert_eq!(sample.len(), 10, "too few keys of uncached leaves");
+    let (frames0, side0) = (frames_now(), side_now());
+    // Second reads: each frame read again and now kept.
+    for (k, v) in &sample {
+        assert_eq!(e.get(k).unwrap().as_ref(), Some(v));
+    }
+    let (frames1, side1) = (frames_now(), side_now());
+    // Third reads: from the side cache, no frame read.
+    for (k, v) in &sample {
+        assert_eq!(e.get(k).unwrap().as_ref(), Some(v));
+    }
+    let (frames2, side2) = (frames_now(), side_now());
+    assert_eq!(frames1 - frames0, 10, "second reads read each frame once more");
+    assert!(
+        side1 > side0,
+        "second reads keep their frames: {side0} -> {side1}"
+    );
+    assert_eq!(frames2, frames1, "third reads come from the side cache");
+    assert_eq!(side2, side1);
+    // Fresh keys from four reader threads at once (shared-lock reads), then checked again.
+    let keys: Vec<(Vec<u8>, Vec<u8>)> = model
+        .iter()
+        .skip(1)
+        .step_by(7)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let (e, keys) = (&e, &keys);
+            s.spawn(move || {
+                for (k, v) in keys.iter().skip(t).step_by(4) {
+                    assert_eq!(e.get(k).unwrap().as_ref(), Some(v));
+                }
+            });
+        }
+    });
+    assert_eq!(dump(&e), model);
+}
+
 /// With a cache far smaller than the tree, gorged buffers whose child is not cached spill to
 /// runs on disk instead of reading the child; runs merge into the child later. Point reads,
 /// scans, integrity checks and a reopen see exactly the model, including upserts and deletes

@@ -21,6 +21,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Live heap bytes, counted by the `count-alloc` feature's allocator (zero without it).
+pub static LIVE_HEAP_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 use hdrhistogram::Histogram;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;

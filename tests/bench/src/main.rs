@@ -15,9 +15,36 @@ use std::time::Duration;
 // The same allocator as `ftkv-node` (every engine in the bench runs on it), so engine figures
 // describe the engines as deployed, not glibc malloc. The `system-alloc` feature leaves the
 // system allocator in place, so heap profilers that wrap malloc (heaptrack) see every allocation.
-#[cfg(not(feature = "system-alloc"))]
+#[cfg(all(not(feature = "system-alloc"), not(feature = "count-alloc")))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// mimalloc with a count of live bytes ([`ftkv_bench::LIVE_HEAP_BYTES`]), for telling live
+/// data from allocator pages in `RssAnon`.
+#[cfg(all(not(feature = "system-alloc"), feature = "count-alloc"))]
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[cfg(all(not(feature = "system-alloc"), feature = "count-alloc"))]
+struct Counting;
+
+#[cfg(all(not(feature = "system-alloc"), feature = "count-alloc"))]
+#[allow(unsafe_code)] // A global allocator is an unsafe trait; this one only forwards to mimalloc.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        ftkv_bench::LIVE_HEAP_BYTES.fetch_add(l.size(), std::sync::atomic::Ordering::Relaxed);
+        unsafe { mimalloc::MiMalloc.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        ftkv_bench::LIVE_HEAP_BYTES.fetch_sub(l.size(), std::sync::atomic::Ordering::Relaxed);
+        unsafe { mimalloc::MiMalloc.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, n: usize) -> *mut u8 {
+        ftkv_bench::LIVE_HEAP_BYTES.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        ftkv_bench::LIVE_HEAP_BYTES.fetch_sub(l.size(), std::sync::atomic::Ordering::Relaxed);
+        unsafe { mimalloc::MiMalloc.realloc(p, l, n) }
+    }
+}
 
 use clap::{Parser, Subcommand};
 use ftkv_bench::{self as bench, plot, Load, RunResult, Target};

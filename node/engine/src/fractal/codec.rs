@@ -5,7 +5,9 @@
 use std::cell::RefCell;
 
 use super::filter::KeyFilter;
-use super::msg::{Buffer, Msg, MsgRef, Msn, PointOp, RangeMsg, RangeOp, RunRef};
+use super::msg::{
+    count_at_or_below, key_prefix, Buffer, Msg, MsgRef, Msn, PointOp, RangeMsg, RangeOp, RunRef,
+};
 use super::node::{Basement, BasementBuilder, Internal, Leaf, Node, NodeId};
 use crate::ops::UpsertOp;
 use crate::{EngineError, Result};
@@ -154,7 +156,7 @@ impl<'a> R<'a> {
     }
 }
 
-fn corruption(location: &str, detail: impl Into<String>) -> EngineError {
+fn corruption(location: &(impl std::fmt::Display + ?Sized), detail: impl Into<String>) -> EngineError {
     EngineError::Corruption {
         location: location.to_string(),
         detail: detail.into(),
@@ -258,7 +260,7 @@ pub fn encode_btt(b: &BttImage) -> Vec<u8> {
 }
 
 /// Decodes a BTT block read from `location`, verifying its checksum.
-pub fn decode_btt(buf: &[u8], location: &str) -> Result<BttImage> {
+pub fn decode_btt(buf: &[u8], location: &(impl std::fmt::Display + ?Sized)) -> Result<BttImage> {
     let body = verify_trailing_crc(buf, location)?;
     let mut r = R::new(body);
     let res = (|| -> Result<Result<BttImage>, Detail> {
@@ -304,7 +306,7 @@ pub fn decode_btt(buf: &[u8], location: &str) -> Result<BttImage> {
     res.map_err(|d| corruption(location, d))?
 }
 
-fn verify_trailing_crc<'a>(buf: &'a [u8], location: &str) -> Result<&'a [u8]> {
+fn verify_trailing_crc<'a>(buf: &'a [u8], location: &(impl std::fmt::Display + ?Sized)) -> Result<&'a [u8]> {
     if buf.len() < 4 {
         return Err(corruption(location, "block shorter than its checksum"));
     }
@@ -633,13 +635,21 @@ impl RunIndex {
 /// Parses a run block's fixed header (the first [`RUN_FIXED_HEADER_BYTES`] bytes): returns the
 /// length of the frame index that follows (0 for a version-2 run, whose payload follows a
 /// 36-byte header as one frame).
-pub fn run_index_len(fixed: &[u8], expect_id: u64, location: &str) -> Result<usize> {
+pub fn run_index_len(
+    fixed: &[u8],
+    expect_id: u64,
+    location: &(impl std::fmt::Display + ?Sized),
+) -> Result<usize> {
     let (version, index_len) = run_fixed_header(fixed, expect_id, location)?;
     Ok(if version >= 3 { index_len } else { 0 })
 }
 
 /// Checks the fixed header; returns (version, index length or, before version 3, raw length).
-fn run_fixed_header(buf: &[u8], expect_id: u64, location: &str) -> Result<(u32, usize)> {
+fn run_fixed_header(
+    buf: &[u8],
+    expect_id: u64,
+    location: &(impl std::fmt::Display + ?Sized),
+) -> Result<(u32, usize)> {
     let res = (|| -> Result<Result<(u32, usize)>, Detail> {
         let mut r = R::new(buf);
         if r.take(8)? != RUN_MAGIC {
@@ -680,7 +690,12 @@ fn run_fixed_header(buf: &[u8], expect_id: u64, location: &str) -> Result<(u32, 
 /// Decodes a run block's header and frame index from the block's first bytes (at least the
 /// fixed header plus [`run_index_len`]; for a version-2 run, the fixed header and the block's
 /// total length `block_len`).
-pub fn decode_run_index(head: &[u8], block_len: u64, expect_id: u64, location: &str) -> Result<RunIndex> {
+pub fn decode_run_index(
+    head: &[u8],
+    block_len: u64,
+    expect_id: u64,
+    location: &(impl std::fmt::Display + ?Sized),
+) -> Result<RunIndex> {
     let (version, len) = run_fixed_header(head, expect_id, location)?;
     let res = (|| -> Result<RunIndex, Detail> {
         let mut r = R::new(head);
@@ -781,7 +796,7 @@ pub fn decode_run_frames(
     frames: std::ops::Range<usize>,
     lo: &[u8],
     hi: Option<&[u8]>,
-    location: &str,
+    location: &(impl std::fmt::Display + ?Sized),
     out: &mut Vec<Msg>,
 ) -> Result<()> {
     decode_msg_frames(data, index, frames, lo, hi, out).map_err(|d| corruption(location, d))
@@ -877,7 +892,7 @@ fn decode_msg_frames(
 pub fn decode_run_range(
     buf: &[u8],
     expect_id: u64,
-    location: &str,
+    location: &(impl std::fmt::Display + ?Sized),
     lo: &[u8],
     hi: Option<&[u8]>,
 ) -> Result<Vec<Msg>> {
@@ -1459,7 +1474,11 @@ fn assemble_node(
 }
 
 /// Decodes a node block read from `location`; `expect_id` must match the stored id.
-pub fn decode_node(buf: &[u8], expect_id: NodeId, location: &str) -> Result<Node> {
+pub fn decode_node(
+    buf: &[u8],
+    expect_id: NodeId,
+    location: &(impl std::fmt::Display + ?Sized),
+) -> Result<Node> {
     decode_node_inner(buf, expect_id).map_err(|d| match d {
         NodeErr::Corrupt(d) => corruption(location, d),
         NodeErr::Engine(e) => e,
@@ -1718,7 +1737,7 @@ pub fn decode_internal_info(
     buffers: usize,
     version: u32,
     compressed: bool,
-    location: &str,
+    location: &(impl std::fmt::Display + ?Sized),
 ) -> Result<InternalInfo> {
     let mut r = R::new(raw);
     let res = (|| -> Result<InternalInfo, Detail> {
@@ -1754,14 +1773,19 @@ pub fn decode_internal_info(
 /// The point messages of frame `frame` of a format-4 buffer described by `t`, whose stored
 /// bytes are `data` (read from the partition at the frame's offset); its crc32c, length, first
 /// key and message order are checked.
-pub fn decode_buffer_frame(data: &[u8], t: &BufferTable, frame: usize, location: &str) -> Result<Vec<Msg>> {
+pub fn decode_buffer_frame(
+    data: &[u8],
+    t: &BufferTable,
+    frame: usize,
+    location: &(impl std::fmt::Display + ?Sized),
+) -> Result<Vec<Msg>> {
     let mut out = Vec::new();
     decode_run_frames(data, &t.points, frame..frame + 1, &[], None, location, &mut out)?;
     Ok(out)
 }
 
 /// One buffer partition of an internal node before format 4 (messages in MSN order).
-pub fn decode_buffer_partition(raw: &[u8], location: &str) -> Result<Buffer> {
+pub fn decode_buffer_partition(raw: &[u8], location: &(impl std::fmt::Display + ?Sized)) -> Result<Buffer> {
     decode_buffer(raw).map_err(|d| corruption(location, d))
 }
 
@@ -1796,7 +1820,7 @@ pub struct NodeIndex {
 }
 
 /// Total header length announced by the fixed part of a node header.
-pub fn node_header_len(fixed: &[u8], location: &str) -> Result<usize> {
+pub fn node_header_len(fixed: &[u8], location: &(impl std::fmt::Display + ?Sized)) -> Result<usize> {
     let mut r = R::new(fixed);
     let res = (|| -> Result<usize, Detail> {
         if r.take(8)? != NODE_MAGIC {
@@ -1817,7 +1841,11 @@ pub fn node_header_len(fixed: &[u8], location: &str) -> Result<usize> {
 }
 
 /// Decodes and verifies (crc32c) a whole node header.
-pub fn decode_node_index(header: &[u8], expect_id: NodeId, location: &str) -> Result<NodeIndex> {
+pub fn decode_node_index(
+    header: &[u8],
+    expect_id: NodeId,
+    location: &(impl std::fmt::Display + ?Sized),
+) -> Result<NodeIndex> {
     let body = verify_trailing_crc(header, location)?;
     let mut r = R::new(body);
     let res = (|| -> Result<Result<NodeIndex>, Detail> {
@@ -1862,7 +1890,12 @@ pub fn decode_node_index(header: &[u8], expect_id: NodeId, location: &str) -> Re
 }
 
 /// Verifies and decompresses one stored partition.
-pub fn decode_partition(data: &[u8], e: &PartEntry, compressed: bool, location: &str) -> Result<Vec<u8>> {
+pub fn decode_partition(
+    data: &[u8],
+    e: &PartEntry,
+    compressed: bool,
+    location: &(impl std::fmt::Display + ?Sized),
+) -> Result<Vec<u8>> {
     if data.len() != e.len as usize || crc32c::crc32c(data) != e.crc {
         return Err(corruption(location, "partition crc32c mismatch"));
     }
@@ -1904,20 +1937,24 @@ pub struct BasementFrames {
     pub entries: u32,
     /// Frames in key order.
     pub frames: Vec<LeafFrame>,
+    /// [`key_prefix`] of each frame's first key, for [`BasementFrames::frame_for`].
+    pub first_key_prefixes: Vec<u64>,
 }
 
 impl BasementFrames {
     /// The frame that can hold `key`: the last one starting at or below it; `None` when `key`
     /// sorts before every entry (then the basement does not hold it).
     pub fn frame_for(&self, key: &[u8]) -> Option<usize> {
-        self.frames
-            .partition_point(|f| f.first_key.as_slice() <= key)
-            .checked_sub(1)
+        debug_assert_eq!(self.first_key_prefixes.len(), self.frames.len());
+        count_at_or_below(&self.first_key_prefixes, key, |i| {
+            self.frames.get(i).is_some_and(|f| f.first_key.as_slice() <= key)
+        })
+        .checked_sub(1)
     }
 
     /// Bytes this table takes in memory (for cache accounting).
     pub fn size_bytes(&self) -> usize {
-        32 + self.frames.iter().map(|f| 48 + f.first_key.len()).sum::<usize>()
+        32 + self.frames.iter().map(|f| 56 + f.first_key.len()).sum::<usize>()
     }
 
     /// Checks that the frames add up to the partition's stored and raw lengths.
@@ -1956,10 +1993,12 @@ fn read_frame_tables(r: &mut R<'_>, n: usize) -> Result<Vec<BasementFrames>, Det
                 "basement {b}: frames hold {total} entries, table says {entries}"
             ));
         }
+        let first_key_prefixes = frames.iter().map(|f| key_prefix(&f.first_key)).collect();
         out.push(BasementFrames {
             max_msn,
             entries,
             frames,
+            first_key_prefixes,
         });
     }
     Ok(out)
@@ -2054,7 +2093,7 @@ pub struct LeafInfo {
 pub fn decode_leaf_skeleton(
     block: &[u8],
     id: NodeId,
-    location: &str,
+    location: &(impl std::fmt::Display + ?Sized),
 ) -> Result<Option<(NodeIndex, LeafInfo)>> {
     let fixed = block
         .get(..NODE_FIXED_HEADER_BYTES)
@@ -2077,7 +2116,12 @@ pub fn decode_leaf_skeleton(
 }
 
 /// Decodes a leaf's partition 0 (`basements` data partitions, block format `version`).
-pub fn decode_leaf_info(raw: &[u8], basements: usize, version: u32, location: &str) -> Result<LeafInfo> {
+pub fn decode_leaf_info(
+    raw: &[u8],
+    basements: usize,
+    version: u32,
+    location: &(impl std::fmt::Display + ?Sized),
+) -> Result<LeafInfo> {
     let mut r = R::new(raw);
     let res = (|| -> Result<LeafInfo, Detail> {
         let n = r.u32()? as usize;
@@ -2106,13 +2150,56 @@ pub fn decode_basement_frame(
     bf: &BasementFrames,
     frame: usize,
     compressed: bool,
-    location: &str,
+    location: &(impl std::fmt::Display + ?Sized),
 ) -> Result<Basement> {
     decode_frames(data, bf, frame..frame + 1, compressed).map_err(|d| corruption(location, d))
 }
 
+/// Looks `key` up in frame `frame` of a basement (`data`: that frame's stored bytes) without
+/// building a [`Basement`]: a point read of a frame the side cache does not keep. The frame
+/// gets the same checks as [`decode_basement_frame`] (crc32c, length, first key as in the table,
+/// keys strictly increasing, nothing after the last entry), over every entry, and the value of
+/// `key` is copied out; `None` when the frame does not hold `key`. Errors: `Corruption` naming
+/// `location`.
+pub fn lookup_in_frame(
+    data: &[u8],
+    bf: &BasementFrames,
+    frame: usize,
+    compressed: bool,
+    key: &[u8],
+    location: &(impl std::fmt::Display + ?Sized),
+) -> Result<Option<Vec<u8>>> {
+    let scan = || -> Result<Option<Vec<u8>>, Detail> {
+        let f = bf.frames.get(frame).ok_or("frame out of range")?;
+        let raw = unpack_frame(data, 0, (f.stored_len, f.raw_len), Some(f.crc), compressed, frame)?;
+        let mut r = R::new(&raw);
+        let mut found = None;
+        let mut prev: Option<&[u8]> = None;
+        for j in 0..f.entries {
+            let k = r.slice()?;
+            let v = r.slice()?;
+            if j == 0 && k != f.first_key.as_slice() {
+                return Err(format!("frame {frame} starts at another key than its table"));
+            }
+            if prev.is_some_and(|pk| pk >= k) {
+                return Err("basement keys not strictly increasing".into());
+            }
+            prev = Some(k);
+            if k == key {
+                found = Some(v.to_vec());
+            }
+        }
+        r.done()?;
+        Ok(found)
+    };
+    scan().map_err(|d| corruption(location, d))
+}
+
 /// One whole basement partition of a leaf written before format 3.
-pub fn decode_basement_partition(raw: &[u8], location: &str) -> Result<Basement> {
+pub fn decode_basement_partition(
+    raw: &[u8],
+    location: &(impl std::fmt::Display + ?Sized),
+) -> Result<Basement> {
     decode_basement(raw).map_err(|d| corruption(location, d))
 }
 

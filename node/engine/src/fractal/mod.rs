@@ -668,8 +668,16 @@ impl Engine for FractalEngine {
             if inner.poisoned {
                 return Err(EngineError::Poisoned);
             }
-            if let Some(r) = inner.tree.get_cached(key) {
-                return r;
+            match inner.tree.get_cached(key) {
+                Some(Err(e)) => {
+                    // A read error (a bad block, a failed read) stops the engine as it does on
+                    // the exclusive path.
+                    drop(inner);
+                    self.inner.write().poisoned = true;
+                    return Err(e);
+                }
+                Some(r) => return r,
+                None => {}
             }
         }
         // A poisoned tree may be half-updated in memory: no reads from it.
@@ -686,8 +694,14 @@ impl Engine for FractalEngine {
             if inner.poisoned {
                 return Err(EngineError::Poisoned);
             }
-            if let Some(r) = inner.tree.scan_cached(start, end, limit) {
-                return r;
+            match inner.tree.scan_cached(start, end, limit) {
+                Some(Err(e)) => {
+                    drop(inner);
+                    self.inner.write().poisoned = true;
+                    return Err(e);
+                }
+                Some(r) => return r,
+                None => {}
             }
         }
         self.inner.write().mutate(|t| t.scan(start, end, limit))

@@ -222,7 +222,9 @@ impl RunRef {
 
     /// False only when the run holds no message for `key` (hash `hash`).
     pub fn may_hold(&self, key: &[u8], hash: u64) -> bool {
-        key >= self.min_key.as_slice() && key <= self.max_key.as_slice() && self.filter.may_contain(hash)
+        // The filter first: it rules out most runs with one probe, where the bounds would cost
+        // two key loads (both spans cover most of a child's range under random inserts).
+        self.filter.may_contain(hash) && key >= self.min_key.as_slice() && key <= self.max_key.as_slice()
     }
 
     /// Whether the run's key span meets `[lo, hi)` (`None` bounds infinite).
@@ -352,6 +354,36 @@ pub fn key_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
         }
     }
     a.cmp(b)
+}
+
+/// The first 8 bytes of `key` as a big-endian `u64`, zero-padded: `key_prefix(a) <
+/// key_prefix(b)` implies `a < b`, so a search over a contiguous array of prefixes settles most
+/// comparisons without touching the keys (each its own allocation, a cache miss apiece).
+#[inline]
+pub fn key_prefix(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = key.len().min(8);
+    b[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(b)
+}
+
+/// The number of sorted keys at or below `key`, i.e. `keys.partition_point(|k| k <= key)`,
+/// where `prefixes[i]` is [`key_prefix`] of key `i` and `key_le(i)` compares key `i` in full
+/// (asked only when its prefix equals `key`'s).
+#[inline]
+pub fn count_at_or_below(prefixes: &[u64], key: &[u8], key_le: impl Fn(usize) -> bool) -> usize {
+    let kp = key_prefix(key);
+    let (mut lo, mut hi) = (0usize, prefixes.len());
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let p = prefixes[mid];
+        if p < kp || (p == kp && key_le(mid)) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
 }
 
 /// Sorts point messages by (key, MSN); range messages (none are expected: spills and runs hold

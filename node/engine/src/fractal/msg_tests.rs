@@ -437,4 +437,30 @@ proptest! {
         prop_assert_eq!(key_cmp(&kb, &ka), kb.cmp(&ka));
         prop_assert_eq!(key_cmp(&ka, &ka), std::cmp::Ordering::Equal);
     }
+
+    /// The prefix search finds the same position as a plain `partition_point` over the keys,
+    /// for sorted keys with shared prefixes, zero bytes (which pad short prefixes), short keys,
+    /// and probes present and absent.
+    #[test]
+    fn prefix_search_is_partition_point(
+        prefix in proptest::collection::vec(prop_oneof![Just(0u8), any::<u8>()], 0..10),
+        tails in proptest::collection::vec(
+            proptest::collection::vec(prop_oneof![Just(0u8), Just(1u8), any::<u8>()], 0..6), 0..40),
+        probe in proptest::collection::vec(prop_oneof![Just(0u8), Just(1u8), any::<u8>()], 0..6),
+        probe_existing in any::<bool>(),
+    ) {
+        let mut keys: Vec<Vec<u8>> = tails.iter().map(|t| [prefix.as_slice(), t.as_slice()].concat()).collect();
+        keys.sort();
+        keys.dedup();
+        let prefixes: Vec<u64> = keys.iter().map(|k| key_prefix(k)).collect();
+        let probe = match keys.first() {
+            Some(k) if probe_existing => k.clone(),
+            _ => [prefix.as_slice(), probe.as_slice()].concat(),
+        };
+        for key in keys.iter().chain(std::iter::once(&probe)) {
+            let want = keys.partition_point(|k| k.as_slice() <= key.as_slice());
+            let got = count_at_or_below(&prefixes, key, |i| keys[i].as_slice() <= key.as_slice());
+            prop_assert_eq!(got, want);
+        }
+    }
 }

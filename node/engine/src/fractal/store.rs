@@ -17,8 +17,8 @@
 //! written blocks of nodes nobody changed meanwhile.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -30,11 +30,11 @@ use super::codec::{
     decode_basement_frame, decode_basement_partition, decode_buffer_frame, decode_buffer_partition,
     decode_internal_info, decode_leaf_info, decode_leaf_skeleton, decode_node, decode_node_index,
     decode_partition, decode_run_frames, decode_run_index, decode_run_range, encode_btt, encode_header,
-    encode_node, encode_run, node_header_len, recycle_block_buf, run_index_len, take_block_buf,
-    BasementFrames, BlockLoc, BttImage, Header, InternalInfo, LeafInfo, NodeIndex, PartEntry, RunIndex,
-    DATA_START, HEADER_SLOT_BYTES, NODE_FIXED_HEADER_BYTES, NODE_MAGIC, RUN_FIXED_HEADER_BYTES,
+    encode_node, encode_run, lookup_in_frame, node_header_len, recycle_block_buf, run_index_len,
+    take_block_buf, BasementFrames, BlockLoc, BttImage, Header, InternalInfo, LeafInfo, NodeIndex, PartEntry,
+    RunIndex, DATA_START, HEADER_SLOT_BYTES, NODE_FIXED_HEADER_BYTES, NODE_MAGIC, RUN_FIXED_HEADER_BYTES,
 };
-use super::msg::{Buffer, Msg, Msn};
+use super::msg::{count_at_or_below, key_cmp, key_prefix, Buffer, Msg, Msn};
 use super::node::{child_index, Basement, Node, NodeId};
 use super::space::Space;
 use crate::{EngineError, Result};
@@ -96,6 +96,8 @@ struct PartialLeaf {
     loc: BlockLoc,
     index: NodeIndex,
     pivots: Vec<Vec<u8>>,
+    /// [`key_prefix`] of each pivot, for [`PartialLeaf::spot`].
+    pivot_prefixes: Vec<u64>,
     /// Frame tables per basement (format 3; `None`: basements are read whole).
     frames: Option<Vec<BasementFrames>>,
     /// Decoded pieces by (basement, frame): one frame, or the whole basement (frame 0) before
@@ -114,7 +116,10 @@ enum LeafSpot {
 
 impl PartialLeaf {
     fn spot(&self, key: &[u8], overriding: Option<Msn>) -> LeafSpot {
-        let bi = child_index(&self.pivots, key);
+        let bi = count_at_or_below(&self.pivot_prefixes, key, |i| {
+            self.pivots.get(i).is_some_and(|p| key_cmp(p, key).is_le())
+        });
+        debug_assert_eq!(bi, child_index(&self.pivots, key));
         match self.frames.as_ref().and_then(|f| f.get(bi)) {
             Some(bf) if overriding.is_some_and(|m| m > bf.max_msn) => LeafSpot::Absent(bf.max_msn),
             Some(bf) => match bf.frame_for(key) {
@@ -177,6 +182,14 @@ enum BufferNeed {
 pub struct Store {
     file: Arc<dyn VfsFile>,
     path: PathBuf,
+    /// `path` for [`BlockName`]s (shared, so naming a block copies no path).
+    name_path: Arc<Path>,
+    /// Doorkeeper of the side cache's decoded basement frames (see [`FrameDoorkeeper`]).
+    frame_doorkeeper: FrameDoorkeeper,
+    /// Basement frames read from uncached leaves, and their stored bytes (counted by readers
+    /// under the shared lock too).
+    frame_reads: AtomicU64,
+    frame_read_bytes: AtomicU64,
     compression_level: Option<i32>,
     /// Current node map (durable entries plus blocks written since the last checkpoint).
     btt: HashMap<NodeId, BlockLoc>,
@@ -312,7 +325,7 @@ fn data_partition(
     index: &NodeIndex,
     pivots: &[Vec<u8>],
     key: &[u8],
-    location: &str,
+    location: &(impl std::fmt::Display + ?Sized),
 ) -> Result<(usize, PartEntry)> {
     let i = child_index(pivots, key);
     Ok((i, partition_of(index, i, location)?))
@@ -320,7 +333,11 @@ fn data_partition(
 
 /// Data partition of child or basement `i` (partition `i + 1`). Errors: `Corruption` naming
 /// `location` when the node has no such partition.
-fn partition_of(index: &NodeIndex, i: usize, location: &str) -> Result<PartEntry> {
+fn partition_of(
+    index: &NodeIndex,
+    i: usize,
+    location: &(impl std::fmt::Display + ?Sized),
+) -> Result<PartEntry> {
     index
         .parts
         .get(i + 1)
@@ -333,7 +350,80 @@ fn partition_of(index: &NodeIndex, i: usize, location: &str) -> Result<PartEntry
 
 /// Reads `len` bytes at `offset` of `file` into a (reused) block buffer. Errors: `Corruption`
 /// naming `location` when the file ends first, `Io` otherwise.
-fn read_at(file: &dyn VfsFile, offset: u64, len: u64, location: &str) -> Result<Vec<u8>> {
+/// Admission to the side cache for decoded basement frames: a frame is kept only when it is
+/// read a second time while its first read is still remembered here (direct-mapped, one slot
+/// per hash; the doorkeeper of TinyLFU, Einziger et al., ACM ToS 2017, in its simplest form).
+/// Point reads spread over more data than memory rarely read a frame twice: a decoded frame
+/// kept on every read only displaced the page cache (which holds the same data compressed,
+/// about half the size) and fragmented the heap, while a hot frame still gets in on its
+/// second read.
+struct FrameDoorkeeper {
+    slots: Box<[AtomicU64]>,
+}
+
+impl FrameDoorkeeper {
+    /// Frames remembered (64 KiB of slots).
+    const SLOTS: usize = 8192;
+
+    fn new() -> Self {
+        FrameDoorkeeper {
+            slots: (0..Self::SLOTS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Whether frame `fi` of basement `bi` of the block at `offset` was seen recently; remembers
+    /// it when it was not.
+    /// Readers under the shared lock race on slots; a lost update only delays an admission.
+    fn admit(&self, offset: u64, bi: usize, fi: usize) -> bool {
+        let mut id = [0u8; 24];
+        id[..8].copy_from_slice(&offset.to_le_bytes());
+        id[8..16].copy_from_slice(&(bi as u64).to_le_bytes());
+        id[16..].copy_from_slice(&(fi as u64).to_le_bytes());
+        let h = xxhash_rust::xxh3::xxh3_64(&id).max(1);
+        let slot = (h % Self::SLOTS as u64) as usize;
+        match self.slots.get(slot) {
+            Some(s) if s.load(Ordering::Relaxed) == h => true,
+            Some(s) => {
+                s.store(h, Ordering::Relaxed);
+                false
+            }
+            None => false,
+        }
+    }
+}
+
+/// A block named in error messages (`<file> node 7 block @ offset 8192 (4096 bytes)`), formatted
+/// only when an error is built: a point read beyond memory names two or three blocks and
+/// formatting the names was 3% of its CPU time.
+#[derive(Clone)]
+struct BlockName {
+    path: Arc<Path>,
+    /// `node` or `run`.
+    kind: &'static str,
+    id: u64,
+    loc: BlockLoc,
+}
+
+impl std::fmt::Display for BlockName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {} {} block @ offset {} ({} bytes)",
+            self.path.display(),
+            self.kind,
+            self.id,
+            self.loc.offset,
+            self.loc.size
+        )
+    }
+}
+
+fn read_at(
+    file: &dyn VfsFile,
+    offset: u64,
+    len: u64,
+    location: &(impl std::fmt::Display + ?Sized),
+) -> Result<Vec<u8>> {
     let mut buf = take_block_buf(len as usize);
     buf.resize(len as usize, 0);
     file.read_exact_at(&mut buf, offset)
@@ -394,6 +484,10 @@ impl Store {
         let space = Space::new(&live, &claims(image), &claims(previous));
         Store {
             file,
+            name_path: Arc::from(path.as_path()),
+            frame_doorkeeper: FrameDoorkeeper::new(),
+            frame_reads: AtomicU64::new(0),
+            frame_read_bytes: AtomicU64::new(0),
             path,
             compression_level,
             btt: image
@@ -472,6 +566,8 @@ impl Store {
             run_whole_reads: runs.whole_reads,
             run_bytes: runs.read_bytes,
             leaf_reads_avoided: self.leaf_reads_avoided.load(Ordering::Relaxed),
+            frames: self.frame_reads.load(Ordering::Relaxed),
+            basement_bytes: self.partial_stats.basement_bytes + self.frame_read_bytes.load(Ordering::Relaxed),
             ..self.partial_stats
         }
     }
@@ -611,13 +707,13 @@ impl Store {
     // Block I/O
     // --------------------------------------------------------------------------------------
 
-    fn location(&self, id: NodeId, loc: &BlockLoc) -> String {
-        format!(
-            "{} node {id} block @ offset {} ({} bytes)",
-            self.path.display(),
-            loc.offset,
-            loc.size
-        )
+    fn location(&self, id: NodeId, loc: &BlockLoc) -> BlockName {
+        BlockName {
+            path: self.name_path.clone(),
+            kind: "node",
+            id,
+            loc: *loc,
+        }
     }
 
     /// Reads and verifies node `id` from disk.
@@ -719,12 +815,12 @@ impl Store {
             location: format!("{} BTT", self.path.display()),
             detail: format!("run {id} is referenced but has no block"),
         })?;
-        let location = format!(
-            "{} run {id} block @ offset {} ({} bytes)",
-            self.path.display(),
-            loc.offset,
-            loc.size
-        );
+        let location = BlockName {
+            path: self.name_path.clone(),
+            kind: "run",
+            id,
+            loc,
+        };
         let index = if lo.is_empty() && hi.is_none() {
             None
         } else {
@@ -739,7 +835,7 @@ impl Store {
             let crc = crc32c::crc32c(&buf);
             if crc != loc.crc {
                 return Err(EngineError::Corruption {
-                    location,
+                    location: location.to_string(),
                     detail: format!("crc32c mismatch (BTT {:#010x}, block {crc:#010x})", loc.crc),
                 });
             }
@@ -770,7 +866,12 @@ impl Store {
     }
 
     /// The frame index of run `id` at `loc`, from the cache or read (fixed header, then index).
-    fn run_index(&self, id: u64, loc: &BlockLoc, location: &str) -> Result<Arc<RunIndex>> {
+    fn run_index(
+        &self,
+        id: u64,
+        loc: &BlockLoc,
+        location: &(impl std::fmt::Display + ?Sized),
+    ) -> Result<Arc<RunIndex>> {
         if let Some(ix) = self.run_indexes.lock().map.get(&id) {
             return Ok(Arc::clone(ix));
         }
@@ -874,7 +975,7 @@ impl Store {
         let location = self.location(id, loc);
         if off + len > u64::from(loc.size) {
             return Err(EngineError::Corruption {
-                location,
+                location: location.to_string(),
                 detail: format!("span {off}+{len} outside block"),
             });
         }
@@ -910,7 +1011,7 @@ impl Store {
             let index = self.read_index(id, &loc)?;
             if index.height != 0 || index.parts.len() < 2 {
                 return Err(EngineError::Corruption {
-                    location,
+                    location: location.to_string(),
                     detail: "expected a leaf".into(),
                 });
             }
@@ -923,7 +1024,7 @@ impl Store {
         }
         let Some(p) = self.partial.get(&id) else {
             return Err(EngineError::Corruption {
-                location,
+                location: location.to_string(),
                 detail: "partial leaf vanished".into(),
             });
         };
@@ -937,27 +1038,18 @@ impl Store {
         // Basement `bi` (from `spot`).
         let entry = partition_of(&p.index, bi, &location)?;
         let b = match p.frames.as_ref().and_then(|f| f.get(bi)) {
+            Some(_) if !self.frame_doorkeeper.admit(loc.offset, bi, fi) => {
+                // Not kept: look the key up in the frame as read.
+                return self.lookup_frame(id, p, bi, fi, key);
+            }
             Some(bf) => {
                 // Format 3: one frame, checked against its crc in the (verified) frame table.
-                let f = bf.frames.get(fi).ok_or_else(|| EngineError::Corruption {
-                    location: location.clone(),
-                    detail: format!("basement {bi} has no frame {fi}"),
-                })?;
-                if u64::from(f.offset) + u64::from(f.stored_len) > u64::from(entry.len) {
-                    return Err(EngineError::Corruption {
-                        location,
-                        detail: format!("frame {fi} of basement {bi} beyond its partition"),
-                    });
-                }
-                let data = self.read_span(
-                    id,
-                    &loc,
-                    u64::from(entry.offset) + u64::from(f.offset),
-                    u64::from(f.stored_len),
-                )?;
+                let data = self.read_frame(id, p, bi, fi)?;
                 let b = decode_basement_frame(&data, bf, fi, p.index.compressed, &location)?;
-                self.partial_stats.frames += 1;
-                self.partial_stats.basement_bytes += data.len() as u64;
+                self.frame_reads.fetch_add(1, Ordering::Relaxed);
+                self.frame_read_bytes
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+                recycle_block_buf(data);
                 b
             }
             None => {
@@ -980,11 +1072,102 @@ impl Store {
         Ok(result)
     }
 
+    /// For a point read under the engine's shared lock: the value of `key` in uncached leaf `id`
+    /// and the basement's applied MSN, from the frame table in the side cache and the one frame
+    /// that can hold the key, read from the file and not kept ([`FrameDoorkeeper`]). Point reads
+    /// beyond memory then need neither the exclusive lock nor a second descent, and run their
+    /// reads side by side. `None` when this needs the exclusive path
+    /// ([`Store::read_partial_value`]): no frame table cached for the leaf's current block, a
+    /// leaf written before format 3, or a frame the doorkeeper admits to the side cache.
+    /// Errors: `Io`, or `Corruption` naming the block.
+    pub fn read_frame_value_shared(
+        &self,
+        id: NodeId,
+        key: &[u8],
+        overriding: Option<Msn>,
+    ) -> Result<Option<(Option<Vec<u8>>, Msn)>> {
+        let Some(p) = self.partial.get(&id) else {
+            return Ok(None);
+        };
+        if self.btt.get(&id) != Some(&p.loc) {
+            return Ok(None);
+        }
+        let (bi, fi) = match p.spot(key, overriding) {
+            LeafSpot::Absent(msn) => {
+                self.leaf_reads_avoided.fetch_add(1, Ordering::Relaxed);
+                return Ok(Some((None, msn)));
+            }
+            LeafSpot::Piece(bi, fi) => (bi, fi),
+        };
+        if p.frames.as_ref().and_then(|f| f.get(bi)).is_none()
+            || p.basements.contains_key(&(bi, fi))
+            || self.frame_doorkeeper.admit(p.loc.offset, bi, fi)
+        {
+            return Ok(None);
+        }
+        self.lookup_frame(id, p, bi, fi, key).map(Some)
+    }
+
+    /// Reads frame `fi` of basement `bi` of partial leaf `p` (leaf `id`, format 3) and looks
+    /// `key` up in it without decoding the frame into a [`Basement`]: the value and the
+    /// basement's applied MSN.
+    fn lookup_frame(
+        &self,
+        id: NodeId,
+        p: &PartialLeaf,
+        bi: usize,
+        fi: usize,
+        key: &[u8],
+    ) -> Result<(Option<Vec<u8>>, Msn)> {
+        let location = self.location(id, &p.loc);
+        let Some(bf) = p.frames.as_ref().and_then(|f| f.get(bi)) else {
+            return Err(EngineError::Corruption {
+                location: location.to_string(),
+                detail: format!("basement {bi} has no frame table"),
+            });
+        };
+        let data = self.read_frame(id, p, bi, fi)?;
+        let v = lookup_in_frame(&data, bf, fi, p.index.compressed, key, &location)?;
+        self.frame_reads.fetch_add(1, Ordering::Relaxed);
+        self.frame_read_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        recycle_block_buf(data);
+        Ok((v, bf.max_msn))
+    }
+
+    /// The stored bytes of frame `fi` of basement `bi` of partial leaf `p` (leaf `id`, format
+    /// 3), after checking that the frame table has it within the basement's partition (the
+    /// frame's own crc is checked by its decoder).
+    fn read_frame(&self, id: NodeId, p: &PartialLeaf, bi: usize, fi: usize) -> Result<Vec<u8>> {
+        let corrupt = |detail: String| EngineError::Corruption {
+            location: self.location(id, &p.loc).to_string(),
+            detail,
+        };
+        let entry = partition_of(&p.index, bi, &self.location(id, &p.loc))?;
+        let f = p
+            .frames
+            .as_ref()
+            .and_then(|t| t.get(bi))
+            .and_then(|bf| bf.frames.get(fi))
+            .ok_or_else(|| corrupt(format!("basement {bi} has no frame {fi}")))?;
+        if u64::from(f.offset) + u64::from(f.stored_len) > u64::from(entry.len) {
+            return Err(corrupt(format!(
+                "frame {fi} of basement {bi} beyond its partition"
+            )));
+        }
+        self.read_span(
+            id,
+            &p.loc,
+            u64::from(entry.offset) + u64::from(f.offset),
+            u64::from(f.stored_len),
+        )
+    }
+
     /// Puts leaf `id`'s skeleton for its block at `loc` into the side cache of partial reads,
     /// replacing what it held for `id`.
     fn insert_partial_leaf(&mut self, id: NodeId, loc: BlockLoc, sk: LeafSkeleton) {
         let LeafSkeleton { index, info } = sk;
-        let bytes = info.pivots.iter().map(|p| p.len() + 16).sum::<usize>()
+        let bytes = info.pivots.iter().map(|p| p.len() + 24).sum::<usize>()
             + index.parts.len() * 16
             + info
                 .frames
@@ -1001,6 +1184,7 @@ impl Store {
             PartialLeaf {
                 loc,
                 index,
+                pivot_prefixes: info.pivots.iter().map(|p| key_prefix(p)).collect(),
                 pivots: info.pivots,
                 frames: info.frames,
                 basements: HashMap::new(),
@@ -1044,7 +1228,7 @@ impl Store {
             let index = self.read_index(id, &loc)?;
             if index.height == 0 || index.parts.len() < 2 {
                 return Err(EngineError::Corruption {
-                    location,
+                    location: location.to_string(),
                     detail: "expected an internal node".into(),
                 });
             }
@@ -1079,7 +1263,7 @@ impl Store {
         // The filter says the key may be in the buffer, and that piece has not been read yet.
         let Some(p) = self.partial_internal.get(&id) else {
             return Err(EngineError::Corruption {
-                location,
+                location: location.to_string(),
                 detail: "partial node vanished".into(),
             });
         };
@@ -1088,12 +1272,12 @@ impl Store {
             Some(t) => match t.frame_for(key) {
                 Some(fi) => {
                     let f = t.points.frames.get(fi).ok_or_else(|| EngineError::Corruption {
-                        location: location.clone(),
+                        location: location.to_string(),
                         detail: format!("buffer {i} has no frame {fi}"),
                     })?;
                     if f.offset + u64::from(f.stored_len) > u64::from(entry.len) {
                         return Err(EngineError::Corruption {
-                            location,
+                            location: location.to_string(),
                             detail: format!("frame {fi} of buffer {i} beyond its partition"),
                         });
                     }
@@ -1136,7 +1320,7 @@ impl Store {
         let child = self.partial_internal_probe(id, key, hash, out)?;
         self.trim_partial(id);
         child.ok_or_else(|| EngineError::Corruption {
-            location,
+            location: location.to_string(),
             detail: "partial node lost its buffer".into(),
         })
     }
@@ -1989,7 +2173,7 @@ impl DetachedBlock {
     }
 
     /// The whole block, checked against its BTT crc.
-    fn read_checked(&self, location: &str) -> Result<Vec<u8>> {
+    fn read_checked(&self, location: &(impl std::fmt::Display + ?Sized)) -> Result<Vec<u8>> {
         let buf = read_at(&*self.file, self.loc.offset, u64::from(self.loc.size), location)?;
         let crc = crc32c::crc32c(&buf);
         if crc != self.loc.crc {

@@ -195,7 +195,11 @@ impl Fetch for CachedOnly<'_> {
         if self.0.is_cached(id) {
             return Ok(LeafProbe::UseNode);
         }
-        Ok(match self.0.partial_value(id, key, overriding) {
+        if let Some((v, floor)) = self.0.partial_value(id, key, overriding) {
+            return Ok(LeafProbe::Value(v, floor));
+        }
+        // Not in the side cache: one frame read from the file under the shared lock.
+        Ok(match self.0.read_frame_value_shared(id, key, overriding)? {
             Some((v, floor)) => LeafProbe::Value(v, floor),
             None => LeafProbe::Miss,
         })

@@ -156,6 +156,10 @@ fn notes(kv: &dyn BenchKv, when: &str) {
     if let Some(n) = kv.engine_notes() {
         eprintln!("   engine counters {when}: {n}");
     }
+    if cfg!(feature = "count-alloc") {
+        let live = crate::LIVE_HEAP_BYTES.load(std::sync::atomic::Ordering::Relaxed);
+        eprintln!("   live heap {when}: {} KiB", live >> 10);
+    }
 }
 
 fn emit(line: &str) {
