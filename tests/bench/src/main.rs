@@ -32,17 +32,23 @@ struct Counting;
 #[allow(unsafe_code)] // A global allocator is an unsafe trait; this one only forwards to mimalloc.
 unsafe impl std::alloc::GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
-        ftkv_bench::LIVE_HEAP_BYTES.fetch_add(l.size(), std::sync::atomic::Ordering::Relaxed);
-        unsafe { mimalloc::MiMalloc.alloc(l) }
+        let p = unsafe { mimalloc::MiMalloc.alloc(l) };
+        if !p.is_null() {
+            ftkv_bench::LIVE_HEAP_BYTES.fetch_add(l.size(), std::sync::atomic::Ordering::Relaxed);
+        }
+        p
     }
     unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
         ftkv_bench::LIVE_HEAP_BYTES.fetch_sub(l.size(), std::sync::atomic::Ordering::Relaxed);
         unsafe { mimalloc::MiMalloc.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, n: usize) -> *mut u8 {
-        ftkv_bench::LIVE_HEAP_BYTES.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-        ftkv_bench::LIVE_HEAP_BYTES.fetch_sub(l.size(), std::sync::atomic::Ordering::Relaxed);
-        unsafe { mimalloc::MiMalloc.realloc(p, l, n) }
+        let q = unsafe { mimalloc::MiMalloc.realloc(p, l, n) };
+        if !q.is_null() {
+            ftkv_bench::LIVE_HEAP_BYTES.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            ftkv_bench::LIVE_HEAP_BYTES.fetch_sub(l.size(), std::sync::atomic::Ordering::Relaxed);
+        }
+        q
     }
 }
 

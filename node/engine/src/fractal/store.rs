@@ -190,6 +190,8 @@ pub struct Store {
     /// under the shared lock too).
     frame_reads: AtomicU64,
     frame_read_bytes: AtomicU64,
+    /// Of `frame_reads`, those read under the shared lock.
+    frames_shared: AtomicU64,
     compression_level: Option<i32>,
     /// Current node map (durable entries plus blocks written since the last checkpoint).
     btt: HashMap<NodeId, BlockLoc>,
@@ -281,6 +283,9 @@ pub struct PartialReadStats {
     pub basements: u64,
     /// Single basement frames read from leaves that were not cached (format 3).
     pub frames: u64,
+    /// Of `frames`, those read by readers under the engine's shared lock (the frame table was
+    /// cached and the frame was not kept: [`Store::read_frame_value_shared`]).
+    pub frames_shared: u64,
     /// Leaf lookups answered from a frame table alone: the key sorts before the basement's
     /// first frame, or a pending Put/Delete newer than the basement overrides it.
     pub leaf_reads_avoided: u64,
@@ -488,6 +493,7 @@ impl Store {
             frame_doorkeeper: FrameDoorkeeper::new(),
             frame_reads: AtomicU64::new(0),
             frame_read_bytes: AtomicU64::new(0),
+            frames_shared: AtomicU64::new(0),
             path,
             compression_level,
             btt: image
@@ -567,6 +573,7 @@ impl Store {
             run_bytes: runs.read_bytes,
             leaf_reads_avoided: self.leaf_reads_avoided.load(Ordering::Relaxed),
             frames: self.frame_reads.load(Ordering::Relaxed),
+            frames_shared: self.frames_shared.load(Ordering::Relaxed),
             basement_bytes: self.partial_stats.basement_bytes + self.frame_read_bytes.load(Ordering::Relaxed),
             ..self.partial_stats
         }
@@ -1039,8 +1046,10 @@ impl Store {
         let entry = partition_of(&p.index, bi, &location)?;
         let b = match p.frames.as_ref().and_then(|f| f.get(bi)) {
             Some(_) if !self.frame_doorkeeper.admit(loc.offset, bi, fi) => {
-                // Not kept: look the key up in the frame as read.
-                return self.lookup_frame(id, p, bi, fi, key);
+                // Not kept: look the key up in the frame as read (the skeleton may be new).
+                let result = self.lookup_frame(id, p, bi, fi, key)?;
+                self.trim_partial(id);
+                return Ok(result);
             }
             Some(bf) => {
                 // Format 3: one frame, checked against its crc in the (verified) frame table.
@@ -1105,7 +1114,9 @@ impl Store {
         {
             return Ok(None);
         }
-        self.lookup_frame(id, p, bi, fi, key).map(Some)
+        let result = self.lookup_frame(id, p, bi, fi, key)?;
+        self.frames_shared.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(result))
     }
 
     /// Reads frame `fi` of basement `bi` of partial leaf `p` (leaf `id`, format 3) and looks
