@@ -563,21 +563,17 @@ fn point_reads_beyond_the_cache_read_single_partitions() {
     assert!(st.internal_buffers < 30_000, "{st:?}");
 }
 
-/// Partial eviction: a clean leaf the cache evicts keeps its skeleton (partition table, basement
-/// pivots and frame tables) in memory, so a later point read of it reads one basement frame and
-/// never its header and partition 0 again. Reads equal the model.
-#[test]
-fn evicted_leaves_keep_their_skeleton_for_point_reads() {
+/// A tree of about 10 MiB of rows (80,000 keys, 20 rounds of 4,000 puts of ~110-byte values
+/// from the LCG state `x`) in 2 MiB of cache, checkpointed: most leaves were written and evicted
+/// on the way. Returns the engine and the model.
+fn evictable_tree(vfs: &Arc<FaultVfs>, mut x: u64) -> (FractalEngine, BTreeMap<Vec<u8>, Vec<u8>>) {
     let params = TreeParams {
         node_size_bytes: 64 << 10,
         basement_size_bytes: 4 << 10,
         fanout: 8,
     };
-    let vfs = FaultVfs::new(21);
-    // 2 MiB of cache for about 10 MiB of rows: most leaves are written and evicted on the way.
-    let e = open_on(&vfs, params, 2 << 20);
+    let e = open_on(vfs, params, 2 << 20);
     let mut model = BTreeMap::new();
-    let mut x: u64 = 99;
     for round in 0..20u64 {
         let ops: Vec<WriteOp> = (0..4000u64)
             .map(|i| {
@@ -594,6 +590,16 @@ fn evicted_leaves_keep_their_skeleton_for_point_reads() {
         apply_ops(&mut model, &ops);
     }
     e.checkpoint().unwrap();
+    (e, model)
+}
+
+/// Partial eviction: a clean leaf the cache evicts keeps its skeleton (partition table, basement
+/// pivots and frame tables) in memory, so a later point read of it reads one basement frame and
+/// never its header and partition 0 again. Reads equal the model.
+#[test]
+fn evicted_leaves_keep_their_skeleton_for_point_reads() {
+    let vfs = FaultVfs::new(21);
+    let (e, model) = evictable_tree(&vfs, 99);
     let report = e.check_integrity().unwrap();
     assert!(report.blocks > 100, "{report:?}");
     let before = e.partial_read_stats();
@@ -617,31 +623,8 @@ fn evicted_leaves_keep_their_skeleton_for_point_reads() {
 /// as well.
 #[test]
 fn uncached_frames_are_kept_only_when_read_again() {
-    let params = TreeParams {
-        node_size_bytes: 64 << 10,
-        basement_size_bytes: 4 << 10,
-        fanout: 8,
-    };
     let vfs = FaultVfs::new(22);
-    let e = open_on(&vfs, params, 2 << 20);
-    let mut model = BTreeMap::new();
-    let mut x: u64 = 7;
-    for round in 0..20u64 {
-        let ops: Vec<WriteOp> = (0..4000u64)
-            .map(|i| {
-                x = x
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                WriteOp::Put {
-                    key: key((x >> 33) % 80_000),
-                    value: format!("{round}-{i}-{}", "v".repeat(100)).into_bytes(),
-                }
-            })
-            .collect();
-        e.write(&ops, None).unwrap();
-        apply_ops(&mut model, &ops);
-    }
-    e.checkpoint().unwrap();
+    let (e, model) = evictable_tree(&vfs, 7);
     let stats = || e.partial_read_stats();
     let side_now = || e.memory_use().side_cache_bytes;
     // Leaves' partition 0 first, so that their frame tables are in the side cache.

@@ -60,8 +60,13 @@
 //! Partial eviction (PerconaFT evicts a clean leaf's basements but keeps the node): whenever a
 //! leaf block is written or read whole, its skeleton (partition table, pivots, frame tables)
 //! goes to that side cache, so when the cache evicts the clean leaf its basements leave memory
-//! and a later lookup reads one frame. The side cache holds a quarter of the budget, or what
-//! the node cache leaves free; it gives decoded frames back first and skeletons last.
+//! and a later lookup reads one frame. When the leaf's frame table is cached, that frame is
+//! read under the shared lock and the key looked up in it in place; a decoded frame is kept in
+//! the side cache only when the frame is read a second time while a small doorkeeper still
+//! remembers its first read (random reads over more data than memory rarely read a frame twice,
+//! and the page cache holds it compressed at half the size). The side cache holds a quarter of
+//! the budget, or what the node cache leaves free; it gives decoded frames back first and
+//! skeletons last.
 //!
 //! [`cleaner`]: a third thread flushes internal buffers once writes pause (PerconaFT's
 //! cleaner thread): every second, when no write came for a second, it flushes the fullest
@@ -76,7 +81,8 @@
 //! embedded mode (crate `ftkv-embedded`) replays its own instance of the log.
 
 //! Concurrency: a read-write lock guards the tree. Reads whose nodes are all cached run
-//! concurrently under the shared lock (CLOCK counts are atomics); a read that misses retries
+//! concurrently under the shared lock (CLOCK counts are atomics), and so do point reads that
+//! need one frame of a leaf whose skeleton is cached; a read that misses otherwise retries
 //! under the exclusive lock, loading nodes and evicting. Writes take the exclusive lock.
 
 #[cfg(test)]
@@ -656,6 +662,26 @@ impl Inner {
     }
 }
 
+impl FractalEngine {
+    /// Runs a read under the shared lock: `Ok(None)` when it needs the exclusive path. A read
+    /// error (a bad block, a failed read) stops the engine, as it does on the exclusive path.
+    fn read_shared<T>(&self, read: impl FnOnce(&Tree) -> Option<Result<T>>) -> Result<Option<T>> {
+        let inner = self.inner.read();
+        if inner.poisoned {
+            return Err(EngineError::Poisoned);
+        }
+        match read(&inner.tree) {
+            Some(Err(e)) => {
+                drop(inner);
+                self.inner.write().poisoned = true;
+                Err(e)
+            }
+            Some(Ok(v)) => Ok(Some(v)),
+            None => Ok(None),
+        }
+    }
+}
+
 impl Engine for FractalEngine {
     fn kind(&self) -> EngineKind {
         EngineKind::Fractal
@@ -663,22 +689,8 @@ impl Engine for FractalEngine {
 
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         // Fast path: every node on the path cached, under the shared lock.
-        {
-            let inner = self.inner.read();
-            if inner.poisoned {
-                return Err(EngineError::Poisoned);
-            }
-            match inner.tree.get_cached(key) {
-                Some(Err(e)) => {
-                    // A read error (a bad block, a failed read) stops the engine as it does on
-                    // the exclusive path.
-                    drop(inner);
-                    self.inner.write().poisoned = true;
-                    return Err(e);
-                }
-                Some(r) => return r,
-                None => {}
-            }
+        if let Some(r) = self.read_shared(|t| t.get_cached(key))? {
+            return Ok(r);
         }
         // A poisoned tree may be half-updated in memory: no reads from it.
         self.inner.write().mutate(|t| {
@@ -689,20 +701,8 @@ impl Engine for FractalEngine {
     }
 
     fn scan(&self, start: &[u8], end: Option<&[u8]>, limit: usize) -> Result<Vec<KeyValue>> {
-        {
-            let inner = self.inner.read();
-            if inner.poisoned {
-                return Err(EngineError::Poisoned);
-            }
-            match inner.tree.scan_cached(start, end, limit) {
-                Some(Err(e)) => {
-                    drop(inner);
-                    self.inner.write().poisoned = true;
-                    return Err(e);
-                }
-                Some(r) => return r,
-                None => {}
-            }
+        if let Some(r) = self.read_shared(|t| t.scan_cached(start, end, limit))? {
+            return Ok(r);
         }
         self.inner.write().mutate(|t| t.scan(start, end, limit))
     }
