@@ -1507,7 +1507,7 @@ fn scan_from(
                         return Ok(Some(out));
                     }
                     cursor = h;
-                    keys_per_pass = (keys_per_pass * 2).min(max_keys_per_pass);
+                    keys_per_pass = keys_per_pass.saturating_mul(2).min(max_keys_per_pass);
                 }
             }
         }
