@@ -18,6 +18,10 @@ pub const DEFAULT_MAX_BATCH_OPS: u64 = 10_000;
 pub const DEFAULT_SCAN_LIMIT: u32 = 1_000;
 /// Largest page a Scan returns.
 pub const MAX_SCAN_LIMIT: u32 = 100_000;
+/// Most key + value bytes one response may carry (a Scan page, the reads of one Txn): 3 MiB, so
+/// that every response fits in the 4 MiB a stock gRPC client accepts by default, with room for
+/// the framing. Reads beyond it are refused or paged, never cut short silently.
+pub const MAX_RESPONSE_BYTES: usize = 3 * 1024 * 1024;
 /// A Scan page stops after this many key + value bytes (at least one pair is returned), so a
 /// page always fits in a gRPC message whatever the value sizes.
 pub const MAX_SCAN_PAGE_BYTES: usize = 8 * 1024 * 1024;

@@ -2034,6 +2034,32 @@ fn unpack_frame(
     Ok(raw)
 }
 
+/// Visits the `f.entries` (key, value) entries of the raw (unpacked) basement frame number `n`
+/// in order, checking that the first key is the one its table names, that keys strictly
+/// increase and that nothing follows the last entry.
+fn for_each_frame_entry(
+    raw: &[u8],
+    f: &LeafFrame,
+    n: usize,
+    mut visit: impl FnMut(&[u8], &[u8]),
+) -> Result<(), Detail> {
+    let mut r = R::new(raw);
+    let mut prev: Option<&[u8]> = None;
+    for j in 0..f.entries {
+        let k = r.slice()?;
+        let v = r.slice()?;
+        if j == 0 && k != f.first_key.as_slice() {
+            return Err(format!("frame {n} starts at another key than its table"));
+        }
+        if prev.is_some_and(|pk| pk >= k) {
+            return Err("basement keys not strictly increasing".into());
+        }
+        prev = Some(k);
+        visit(k, v);
+    }
+    r.done()
+}
+
 /// Decodes frames `range` of a basement whose stored bytes (from the first of them on) are
 /// `data`: each frame's crc32c, length, first key and the strict key order are checked.
 fn decode_frames(
@@ -2057,22 +2083,11 @@ fn decode_frames(
             compressed,
             range.start + i,
         )?;
-        let mut r = R::new(&raw);
-        for j in 0..f.entries {
-            let k = r.slice()?;
-            let v = r.slice()?;
-            if j == 0 && k != f.first_key.as_slice() {
-                return Err(format!(
-                    "frame {} starts at another key than its table",
-                    range.start + i
-                ));
-            }
-            if out.last_key().is_some_and(|pk| pk >= k) {
-                return Err("basement keys not strictly increasing".into());
-            }
-            out.push(k, v);
+        // Frames follow each other in key order: this one starts after the last one's end.
+        if out.last_key().is_some_and(|pk| pk >= f.first_key.as_slice()) {
+            return Err("basement keys not strictly increasing".into());
         }
-        r.done()?;
+        for_each_frame_entry(&raw, f, range.start + i, |k, v| out.push(k, v))?;
     }
     Ok(out.finish(bf.max_msn))
 }
@@ -2172,24 +2187,12 @@ pub fn lookup_in_frame(
     let scan = || -> Result<Option<Vec<u8>>, Detail> {
         let f = bf.frames.get(frame).ok_or("frame out of range")?;
         let raw = unpack_frame(data, 0, (f.stored_len, f.raw_len), Some(f.crc), compressed, frame)?;
-        let mut r = R::new(&raw);
         let mut found = None;
-        let mut prev: Option<&[u8]> = None;
-        for j in 0..f.entries {
-            let k = r.slice()?;
-            let v = r.slice()?;
-            if j == 0 && k != f.first_key.as_slice() {
-                return Err(format!("frame {frame} starts at another key than its table"));
-            }
-            if prev.is_some_and(|pk| pk >= k) {
-                return Err("basement keys not strictly increasing".into());
-            }
-            prev = Some(k);
+        for_each_frame_entry(&raw, f, frame, |k, v| {
             if k == key {
                 found = Some(v.to_vec());
             }
-        }
-        r.done()?;
+        })?;
         Ok(found)
     };
     scan().map_err(|d| corruption(location, d))
