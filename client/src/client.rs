@@ -1007,6 +1007,7 @@ impl Client {
             id,
             client_endpoint: client_endpoint.to_string(),
             peer_endpoint: peer_endpoint.to_string(),
+            update: false,
         };
         let inner = &self.inner;
         let resp = inner

@@ -12,8 +12,13 @@
 //!   group flush instead of costing an fsync of its own (openraft issue 1511: a restarted node
 //!   re-applies committed entries). A stale saved value only shortens the replay at restart; the
 //!   rest is re-committed by the leader.
-//! - `purge(id)` -> durable meta `raft.last_purged` first, then `Log::purge` (no hole, the purge
-//!   point survives a crash between the two).
+//! - `purge(id)` -> first waits until the state machine holds everything up to `id` durably
+//!   (`state_machine::Durable`): openraft queues the purge of what a received snapshot covers
+//!   before the state machine has installed it, and a crash in between must not leave a log
+//!   purged past both its own last entry and the engine. Then durable meta `raft.last_purged`,
+//!   then `Log::purge`; a crash between the two is finished at the next open, and until then
+//!   nothing at or below the purge point is reported or read.
+//! - `get_log_state` never reports a last log id below the purge point (openraft's contract).
 //! - `truncate(id)` -> `Log::truncate` (durable before return).
 //!
 //! Every call that fsyncs runs on the blocking pool so the Raft core task never blocks a runtime
@@ -32,6 +37,8 @@ use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::crash_point;
+use super::state_machine::Durable;
 use super::types::{
     io_error, read_error, write_error, Entry, LogId, LogState, NodeId, StorageError, TypeConfig, Vote,
 };
@@ -83,6 +90,8 @@ struct Shared {
     /// The vote found at open, as reported to openraft until the next `save_vote`: a committed
     /// vote is reported uncommitted (see [`LogStore::new`]).
     vote_at_open: Mutex<Option<Vote>>,
+    /// How far the state machine's durable state reaches: purges wait for it.
+    durable: tokio::sync::watch::Receiver<Durable>,
 }
 
 /// The Raft log store. Cheap to clone; clones share the log (also used as the log reader).
@@ -96,15 +105,25 @@ impl LogStore {
     /// `append_entries_max_bytes` caps one AppendEntries payload (at least one entry is sent).
     /// `unsafe_ack_before_fsync` (TEST ONLY canary for the Jepsen harness) reports appends
     /// durable before they are, which must make the harness find lost acknowledged writes.
+    /// `durable` is the state machine's [`Durable`] watch; purges wait for it.
     pub fn new(
         log: Log,
         append_entries_max_bytes: usize,
         unsafe_ack_before_fsync: bool,
+        durable: tokio::sync::watch::Receiver<Durable>,
     ) -> Result<Self, StorageError> {
         let last_purged: Option<LogId> = match log.get_meta(META_LAST_PURGED) {
             Some(b) => decode_versioned(&b).map_err(|e| read_error(ErrorSubject::Logs, e))?,
             None => None,
         };
+        if let Some(p) = last_purged {
+            // A crash after `raft.last_purged` was saved but before `Log::purge` was durable:
+            // finish the purge, so the log holds nothing at or below the purge point.
+            if log.first_index().is_some_and(|first| first <= p.index) {
+                log.purge(p.index)
+                    .map_err(|e| write_error(ErrorSubject::Logs, e))?;
+            }
+        }
         let committed: Option<LogId> = match log.get_meta(META_COMMITTED) {
             Some(b) => decode_versioned(&b).map_err(|e| read_error(ErrorSubject::Logs, e))?,
             None => None,
@@ -136,6 +155,7 @@ impl LogStore {
                 pending_committed: Mutex::new(None),
                 append_entries_max_bytes,
                 unsafe_ack_before_fsync,
+                durable,
             }),
         };
         let last = store.read_last_log_id()?;
@@ -155,9 +175,15 @@ impl LogStore {
 
     /// Queues the latest committed log id saved by openraft for the next group flush.
     pub fn write_pending_committed(&self) -> Result<(), StorageError> {
-        let Some(committed) = self.shared.pending_committed.lock().take() else {
+        let Some(mut committed) = self.shared.pending_committed.lock().take() else {
             return Ok(());
         };
+        // What the log says is committed, it holds (or the engine does, up to the purge point):
+        // a commit index learnt with a snapshot not yet installed is not written ahead of it.
+        let last = *self.shared.last_log_id.lock();
+        if committed.is_some_and(|c| last.is_none_or(|l| c.index > l.index)) {
+            committed = last;
+        }
         let bytes = encode_versioned(&committed).map_err(|e| write_error(ErrorSubject::Store, e))?;
         self.shared
             .log
@@ -187,6 +213,26 @@ impl LogStore {
                 )),
             },
             None => Ok(*self.shared.last_purged.lock()),
+        }
+    }
+
+    /// Waits until the state machine holds everything up to `index` durably.
+    async fn wait_durable(&self, index: u64) -> Result<(), StorageError> {
+        let mut durable = self.shared.durable.clone();
+        let waited = durable
+            .wait_for(|d| d.index >= index || d.failed.is_some())
+            .await
+            .map(|d| d.failed.clone());
+        match waited {
+            Ok(None) => Ok(()),
+            Ok(Some(failed)) => Err(write_error(
+                ErrorSubject::Logs,
+                format!("not purging the log to {index}: the snapshot install failed ({failed})"),
+            )),
+            Err(_) => Err(write_error(
+                ErrorSubject::Logs,
+                format!("not purging the log to {index}: the state machine is gone"),
+            )),
         }
     }
 
@@ -279,7 +325,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState, StorageError> {
         let last_purged_log_id = *self.shared.last_purged.lock();
-        let last_log_id = (*self.shared.last_log_id.lock()).or(last_purged_log_id);
+        let last_log_id = (*self.shared.last_log_id.lock()).max(last_purged_log_id);
         Ok(LogState {
             last_purged_log_id,
             last_log_id,
@@ -387,11 +433,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         let bytes = encode_versioned(&Some(log_id)).map_err(|e| write_error(ErrorSubject::Logs, e))?;
         let up_to = log_id.index;
+        self.wait_durable(up_to).await?;
         self.blocking(ErrorSubject::Logs, move |log| {
             log.put_meta(META_LAST_PURGED, Bytes::from(bytes), true)?;
+            crash_point::hit("purge:meta-saved");
             log.purge(up_to)
         })
         .await?;
+        crash_point::hit("purge:done");
         *self.shared.last_purged.lock() = Some(log_id);
         let mut last = self.shared.last_log_id.lock();
         if last.is_none_or(|l| l.index <= log_id.index) {
@@ -413,7 +462,11 @@ mod tests {
             sync: ftkv_log::SyncMode::Always,
         };
         let log = ftkv_log::Log::open(Arc::new(ftkv_vfs::RealVfs), dir, opts).unwrap();
-        LogStore::new(log, 1 << 20, false).unwrap()
+        let (_, durable) = tokio::sync::watch::channel(Durable {
+            index: u64::MAX,
+            failed: None,
+        });
+        LogStore::new(log, 1 << 20, false, durable).unwrap()
     }
 
     #[tokio::test]

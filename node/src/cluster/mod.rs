@@ -7,19 +7,26 @@
 //!
 //! Submodules: `types` (the openraft `TypeConfig`, the only place its parameters are spelled),
 //! `log_store`, `state_machine` (+ `session`, `snapshot`), `network` (peer client) and
-//! `peer_server` (peer service), `batcher` (proposal batching), `reads` (coalesced ReadIndex).
+//! `peer_server` (peer service) behind `peer_guard` (what a peer message may claim), `batcher`
+//! (proposal batching), `reads` (coalesced ReadIndex), `membership` (changes and their rules, the
+//! watch that rolls joint configurations forward) with `removal` (a removed node stops
+//! campaigning), `crash_point` (TEST ONLY named crash points).
 
 // openraft's storage traits fix the (large) `StorageError` type of our adapters.
 #![allow(clippy::result_large_err)]
 
 mod batcher;
 pub mod command;
+mod crash_point;
 mod errors;
 mod identity;
 mod log_store;
+mod membership;
 mod network;
+mod peer_guard;
 mod peer_server;
 mod reads;
+mod removal;
 mod session;
 mod snapshot;
 mod state_machine;
@@ -118,7 +125,7 @@ pub struct NodeStatus {
     pub applied_index: u64,
     /// Commit index known to this node.
     pub commit_index: u64,
-    /// "leader" | "follower" | "candidate" | "learner" | "shutdown".
+    /// "leader" | "follower" | "candidate" | "learner" | "removed" | "shutdown".
     pub role: String,
     /// Mean ops per Raft entry proposed by this node's batcher (0 if none).
     pub ops_per_entry: f64,
@@ -197,6 +204,9 @@ struct Inner {
     batcher: batcher::Batcher,
     reads: Arc<reads::ReadBarrier>,
     channels: network::Channels,
+    refusals: removal::Refusals,
+    /// Set while peers refuse this node as removed (see `removal`).
+    removed: std::sync::atomic::AtomicBool,
     stopped: std::sync::atomic::AtomicBool,
 }
 
@@ -243,15 +253,17 @@ impl ClusterNode {
             segment_size_bytes: config.log_segment_size_bytes,
             sync: config.log_sync,
         };
+        // One file layer for the log and the snapshots (lose-unsynced mode loses both alike).
+        let vfs: Arc<dyn ftkv_vfs::Vfs> = if config.lose_unsynced_on_kill {
+            ftkv_vfs::UnsyncedBufferVfs::over_real(std::time::Duration::from_millis(
+                config.lose_unsynced_sync_latency_ms,
+            ))
+        } else {
+            Arc::new(ftkv_vfs::RealVfs)
+        };
         let log = {
             let dir = log_dir.clone();
-            let vfs: Arc<dyn ftkv_vfs::Vfs> = if config.lose_unsynced_on_kill {
-                ftkv_vfs::UnsyncedBufferVfs::over_real(std::time::Duration::from_millis(
-                    config.lose_unsynced_sync_latency_ms,
-                ))
-            } else {
-                Arc::new(ftkv_vfs::RealVfs)
-            };
+            let vfs = vfs.clone();
             tokio::task::spawn_blocking(move || ftkv_log::Log::open(vfs, &dir, log_options))
                 .await
                 .map_err(|e| ClusterError::Storage(format!("opening the log: {e}")))?
@@ -263,20 +275,27 @@ impl ClusterNode {
         let append_max = log_store::APPEND_ENTRIES_MAX_BYTES
             .min(config.peer_max_message_bytes / 2)
             .max(64 * 1024);
-        let log_store = log_store::LogStore::new(log, append_max, config.unsafe_ack_before_fsync)
-            .map_err(|e| ClusterError::Storage(e.to_string()))?;
         let state_machine = {
-            let dir = snapshot_dir.clone();
-            tokio::task::spawn_blocking(move || state_machine::StateMachine::open(engine, &dir))
+            let snapshots = snapshot::SnapshotDir::new(vfs, &snapshot_dir);
+            tokio::task::spawn_blocking(move || state_machine::StateMachine::open_in(engine, snapshots))
                 .await
                 .map_err(|e| ClusterError::Storage(format!("opening the state machine: {e}")))?
                 .map_err(|e| ClusterError::Storage(e.to_string()))?
         };
+        let log_store = log_store::LogStore::new(
+            log,
+            append_max,
+            config.unsafe_ack_before_fsync,
+            state_machine.durable(),
+        )
+        .map_err(|e| ClusterError::Storage(e.to_string()))?;
         let channels = network::Channels::default();
+        let refusals = removal::Refusals::default();
         let factory = network::NetworkFactory {
             node_id: config.node_id,
             channels: channels.clone(),
             max_message_bytes: config.peer_max_message_bytes,
+            refusals: refusals.clone(),
         };
         let raft = types::Raft::new(
             config.node_id,
@@ -304,7 +323,7 @@ impl ClusterNode {
             raft.clone(),
             std::time::Duration::from_millis(READ_APPLY_TIMEOUT_MS),
         );
-        Ok(ClusterNode {
+        let node = ClusterNode {
             inner: Arc::new(Inner {
                 config,
                 raft,
@@ -313,9 +332,29 @@ impl ClusterNode {
                 batcher,
                 reads,
                 channels,
+                refusals,
+                removed: std::sync::atomic::AtomicBool::new(false),
                 stopped: std::sync::atomic::AtomicBool::new(false),
             }),
-        })
+        };
+        tokio::spawn(membership::watch(Arc::downgrade(&node.inner)));
+        Ok(node)
+    }
+
+    /// Whether peers refuse this node as removed from the cluster (see `removal`).
+    pub fn is_removed(&self) -> bool {
+        self.inner.removed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn refuse_if_removed(&self) -> Result<(), ClusterError> {
+        if self.is_removed() {
+            return Err(ClusterError::Unavailable(format!(
+                "node {} was removed from the cluster (its peers refuse it as not a member); \
+                 use another member",
+                self.inner.config.node_id
+            )));
+        }
+        Ok(())
     }
 
     /// The tonic service for the peer port (`ftkv.raft.v1.Raft`), message limits raised to
@@ -328,6 +367,8 @@ impl ClusterNode {
             node_id: self.inner.config.node_id,
             addr: self.inner.config.addr.clone(),
             raft: self.inner.raft.clone(),
+            streaming: Default::default(),
+            snapshots: self.inner.state_machine.snapshots().clone(),
         })
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit)
@@ -430,6 +471,7 @@ impl ClusterNode {
         if self.inner.stopped.load(std::sync::atomic::Ordering::Acquire) {
             return Err(ClusterError::Unavailable("node is shutting down".into()));
         }
+        self.refuse_if_removed()?;
         self.inner.batcher.write(command).await
     }
 
@@ -441,6 +483,7 @@ impl ClusterNode {
         if self.inner.stopped.load(std::sync::atomic::Ordering::Acquire) {
             return Err(ClusterError::Unavailable("node is shutting down".into()));
         }
+        self.refuse_if_removed()?;
         if self.inner.config.unsafe_local_reads {
             return Ok(self.inner.state_machine.applied_index());
         }
@@ -476,6 +519,7 @@ impl ClusterNode {
             .and_then(|id| membership.get_node(&id))
             .map(|n| n.client.clone());
         let role = match m.state {
+            _ if self.is_removed() => "removed",
             openraft::ServerState::Leader => "leader",
             openraft::ServerState::Candidate => "candidate",
             openraft::ServerState::Follower => "follower",
@@ -493,80 +537,6 @@ impl ClusterNode {
             commit_index: self.inner.log_store.committed_index().max(applied_index),
             role: role.to_string(),
             ops_per_entry: self.inner.batcher.stats().ops_per_entry(),
-        }
-    }
-
-    /// Current membership (voters and learners, by id).
-    pub fn members(&self) -> Vec<MemberInfo> {
-        let metrics = self.inner.raft.metrics();
-        let m = metrics.borrow();
-        let membership = m.membership_config.membership();
-        let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
-        membership
-            .nodes()
-            .map(|(id, addr)| MemberInfo {
-                id: *id,
-                addr: addr.clone(),
-                is_voter: voters.contains(id),
-            })
-            .collect()
-    }
-
-    /// Adds a learner (returns once the membership entry is committed; the learner catches up
-    /// in the background).
-    pub async fn add_learner(&self, id: u64, addr: NodeAddr) -> Result<(), ClusterError> {
-        if id == 0 {
-            return Err(ClusterError::Invalid("node id 0 is reserved".into()));
-        }
-        let res = self.inner.raft.add_learner(id, addr, false).await;
-        self.membership_result(res)
-    }
-
-    /// Promotes a learner to voter.
-    pub async fn promote(&self, id: u64) -> Result<(), ClusterError> {
-        if !self.members().iter().any(|m| m.id == id) {
-            return Err(ClusterError::Invalid(format!(
-                "node {id} is not a member; add it as a learner first"
-            )));
-        }
-        let ids: std::collections::BTreeSet<u64> = [id].into_iter().collect();
-        let res = self
-            .inner
-            .raft
-            .change_membership(openraft::ChangeMembers::AddVoterIds(ids), false)
-            .await;
-        self.membership_result(res)
-    }
-
-    /// Removes a voter or learner.
-    pub async fn remove(&self, id: u64) -> Result<(), ClusterError> {
-        let Some(member) = self.members().into_iter().find(|m| m.id == id) else {
-            return Err(ClusterError::Invalid(format!("node {id} is not a member")));
-        };
-        let ids: std::collections::BTreeSet<u64> = [id].into_iter().collect();
-        let change = if member.is_voter {
-            openraft::ChangeMembers::RemoveVoters(ids)
-        } else {
-            openraft::ChangeMembers::RemoveNodes(ids)
-        };
-        let res = self.inner.raft.change_membership(change, false).await;
-        self.membership_result(res)
-    }
-
-    fn membership_result<T>(
-        &self,
-        res: Result<T, openraft::error::RaftError<u64, openraft::error::ClientWriteError<u64, NodeAddr>>>,
-    ) -> Result<(), ClusterError> {
-        use openraft::error::{ClientWriteError, RaftError};
-        match res {
-            Ok(_) => Ok(()),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                Err(errors::not_leader(&self.inner.raft, f.leader_id, f.leader_node))
-            }
-            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
-                Err(ClusterError::Invalid(e.to_string()))
-            }
-            Err(RaftError::Fatal(f)) => Err(errors::fatal_to_error(f)),
         }
     }
 

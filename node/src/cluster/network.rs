@@ -6,7 +6,9 @@
 //! carries the postcard-encoded openraft request; the response carries the openraft response or,
 //! with `is_error`, the serialized `RaftError`. gRPC `Unavailable` maps to `Unreachable` (openraft
 //! backs off), other failures to `NetworkError`. Snapshots go through openraft's chunked transport
-//! (`install_snapshot`, `snapshot_max_chunk_size` per chunk).
+//! (`install_snapshot`, `snapshot_max_chunk_size` per chunk). A peer's membership refusal
+//! (`PERMISSION_DENIED` from `peer_guard`) and any later acceptance are recorded in
+//! [`Refusals`] (see `removal`).
 
 use std::collections::HashMap;
 use std::error::Error;
@@ -25,6 +27,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
 
+use super::peer_guard;
+use super::removal::Refusals;
 use super::types::{NodeId, TypeConfig};
 use super::NodeAddr;
 
@@ -120,6 +124,8 @@ pub struct NetworkFactory {
     pub channels: Channels,
     /// Peer message limit in bytes.
     pub max_message_bytes: usize,
+    /// Peers' refusals of this node.
+    pub refusals: Refusals,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -133,6 +139,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             addr: node.clone(),
             client,
             channels: self.channels.clone(),
+            refusals: self.refusals.clone(),
         }
     }
 }
@@ -144,6 +151,7 @@ pub struct PeerNetwork {
     addr: NodeAddr,
     client: Result<RaftClient<Channel>, PeerCallError>,
     channels: Channels,
+    refusals: Refusals,
 }
 
 #[derive(Clone, Copy)]
@@ -200,11 +208,25 @@ impl PeerNetwork {
         };
         metrics::histogram!("ftkv_peer_rpc_seconds", "rpc" => rpc.name()).record(started.elapsed());
         let msg = match response {
-            Ok(r) => r.into_inner(),
+            Ok(r) => {
+                self.refusals.accepted(self.target);
+                r.into_inner()
+            }
             Err(status) if status.code() == tonic::Code::Unavailable => {
                 return Err(RPCError::Unreachable(Unreachable::new(&status)));
             }
-            Err(status) => return Err(RPCError::Network(NetworkError::new(&status))),
+            Err(status) => {
+                if let Some(index) = peer_guard::refusal_membership_index(&status) {
+                    tracing::warn!(
+                        peer = self.target,
+                        membership_index = index,
+                        message = status.message(),
+                        "peer refuses this node as not a member"
+                    );
+                    self.refusals.refused(self.target, index);
+                }
+                return Err(RPCError::Network(NetworkError::new(&status)));
+            }
         };
         if msg.is_error {
             let err: RaftError<NodeId, E> =

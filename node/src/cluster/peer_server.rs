@@ -1,28 +1,47 @@
 //! Server side of the peer network: the `ftkv.raft.v1.Raft` tonic service.
 //!
-//! Each RPC decodes the postcard-encoded openraft request from `payload`, hands it to the local
-//! Raft, and answers with the encoded response, or with `is_error = true` and the encoded
-//! `RaftError` (which the caller turns into an openraft `RemoteError`). Undecodable payloads are
-//! `INVALID_ARGUMENT`. `GetNodeInfo` answers this node's id and advertised addresses.
+//! Each RPC decodes the postcard-encoded openraft request from `payload`, checks what it claims
+//! (`peer_guard`: ranges, sender, shape), hands it to the local Raft, and answers with the
+//! encoded response, or with `is_error = true` and the encoded `RaftError` (which the caller
+//! turns into an openraft `RemoteError`). Undecodable or malformed payloads are
+//! `INVALID_ARGUMENT`, senders outside the membership `PERMISSION_DENIED`. `GetNodeInfo` answers
+//! this node's id and advertised addresses.
+//!
+//! InstallSnapshot chunks are assembled here (openraft's `Chunked` receiver over this server's
+//! own streaming state) rather than by `Raft::install_snapshot`, so that a finished file is
+//! verified end to end before the Raft core is asked to install it. A damaged or truncated
+//! stream is discarded and refused to the leader (which retries with a fresh snapshot after a
+//! back-off); the Raft core of this node never sees it, so it keeps running.
+
+use std::sync::Arc;
 
 use ftkv_proto::raft::v1::raft_server::Raft as RaftService;
 use ftkv_proto::raft::v1::{NodeInfo, NodeInfoRequest, RaftMessage};
+use openraft::error::{Fatal, InstallSnapshotError, RaftError};
+use openraft::network::snapshot_transport::{Chunked, SnapshotTransport, Streaming};
+use openraft::raft::{InstallSnapshotRequest, InstallSnapshotResponse};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
-use super::types::{NodeId, Raft};
+use super::peer_guard::{self, MembershipView};
+use super::snapshot::SnapshotDir;
+use super::types::{read_error, NodeId, Raft, TypeConfig};
 use super::NodeAddr;
 
 /// The peer service of one node.
 #[derive(Clone)]
-pub struct PeerServer {
+pub(crate) struct PeerServer {
     /// This node's id.
     pub node_id: NodeId,
     /// This node's advertised addresses.
     pub addr: NodeAddr,
     /// The local Raft.
     pub raft: Raft,
+    /// The snapshot being received, if any (one at a time, as openraft's own receiver).
+    pub streaming: Arc<tokio::sync::Mutex<Option<Streaming<TypeConfig>>>>,
+    /// The snapshot directory (received files are verified through its file layer).
+    pub snapshots: SnapshotDir,
 }
 
 fn decode<T: DeserializeOwned>(msg: &RaftMessage) -> Result<T, Status> {
@@ -47,11 +66,75 @@ fn encode<T: Serialize, E: Serialize>(
     }))
 }
 
+type SnapshotResult = Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>;
+
+impl PeerServer {
+    fn membership(&self) -> MembershipView {
+        MembershipView::of(&self.raft.metrics().borrow().membership_config)
+    }
+
+    /// openraft's `Raft::install_snapshot`, with the finished file verified before the core
+    /// installs it.
+    async fn receive_snapshot(&self, req: InstallSnapshotRequest<TypeConfig>) -> SnapshotResult {
+        let req_vote = req.vote;
+        let my_vote = self.raft.with_raft_state(|state| *state.vote_ref()).await?;
+        let resp = InstallSnapshotResponse { vote: my_vote };
+        if !matches!(
+            req_vote.partial_cmp(&my_vote),
+            Some(std::cmp::Ordering::Greater | std::cmp::Ordering::Equal)
+        ) {
+            return Ok(resp);
+        }
+        let finished = {
+            let mut streaming = self.streaming.lock().await;
+            let received = Chunked::receive_snapshot(&mut *streaming, &self.raft, req).await;
+            if received.is_err() {
+                // A chunk that could not be written ends the transfer; the leader starts over.
+                *streaming = None;
+            }
+            received?
+        };
+        let Some(snapshot) = finished else {
+            return Ok(resp);
+        };
+        let path = snapshot.snapshot.path.clone();
+        let checked = path.clone();
+        let snapshots = self.snapshots.clone();
+        let verdict = tokio::task::spawn_blocking(move || snapshots.verify_file(&checked))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()));
+        if let Err(detail) = verdict {
+            tracing::error!(
+                leader = req_vote.leader_id.node_id,
+                snapshot = %snapshot.meta.snapshot_id,
+                error = %detail,
+                "discarding a damaged snapshot received from the leader"
+            );
+            drop(snapshot);
+            if let Err(e) = self.snapshots.remove(&path) {
+                tracing::warn!(path = %path.display(), error = %e, "could not remove the damaged snapshot");
+            }
+            // A remote Fatal makes the leader back off and retry with a fresh snapshot; nothing
+            // here reaches this node's Raft core.
+            let err = read_error(
+                openraft::ErrorSubject::Snapshot(None),
+                format!("received snapshot is damaged, discarded: {detail}"),
+            );
+            return Err(RaftError::Fatal(Fatal::StorageError(err)));
+        }
+        let installed = self.raft.install_full_snapshot(req_vote, snapshot).await?;
+        Ok(installed.into())
+    }
+}
+
 #[tonic::async_trait]
 impl RaftService for PeerServer {
     async fn append_entries(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let started = std::time::Instant::now();
-        let req: openraft::raft::AppendEntriesRequest<super::types::TypeConfig> = decode(request.get_ref())?;
+        let msg = request.get_ref();
+        let req: openraft::raft::AppendEntriesRequest<TypeConfig> = decode(msg)?;
+        peer_guard::check_append_entries(&req, msg.from, &self.membership())?;
         metrics::histogram!("ftkv_peer_append_entries_entries").record(req.entries.len() as f64);
         let out = encode(self.node_id, self.raft.append_entries(req).await);
         metrics::histogram!("ftkv_peer_handle_seconds", "rpc" => "append_entries").record(started.elapsed());
@@ -59,13 +142,17 @@ impl RaftService for PeerServer {
     }
 
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let req = decode(request.get_ref())?;
+        let msg = request.get_ref();
+        let req: openraft::raft::VoteRequest<NodeId> = decode(msg)?;
+        peer_guard::check_vote_request(&req, msg.from, &self.membership())?;
         encode(self.node_id, self.raft.vote(req).await)
     }
 
     async fn install_snapshot(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let req = decode(request.get_ref())?;
-        encode(self.node_id, self.raft.install_snapshot(req).await)
+        let msg = request.get_ref();
+        let req: InstallSnapshotRequest<TypeConfig> = decode(msg)?;
+        peer_guard::check_install_snapshot(&req, msg.from, &self.membership())?;
+        encode(self.node_id, self.receive_snapshot(req).await)
     }
 
     async fn get_node_info(&self, _request: Request<NodeInfoRequest>) -> Result<Response<NodeInfo>, Status> {

@@ -19,14 +19,19 @@
 //!
 //! Files: `current.snap` (the latest complete snapshot; replaced by rename), `building-*.tmp`
 //! and `receiving-*.tmp` (in progress; removed on open).
+//!
+//! Every file operation goes through the node's [`Vfs`] (as the log's do), so the fault
+//! harness's lose-unsynced mode loses a snapshot's unsynced bytes when a node dies, and a test
+//! file layer can damage them.
 
-use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use ftkv_engine::{Engine, EngineError, KeyValue};
+use ftkv_vfs::{Vfs, VfsFile};
 use tokio::io::{AsyncRead, AsyncSeek, AsyncWrite, ReadBuf};
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -42,6 +47,8 @@ pub const SNAPSHOT_MAX_FIELD_BYTES: u32 = 64 * 1024 * 1024;
 const SCAN_PAGE_PAIRS: usize = 4096;
 /// zstd level of the body.
 const ZSTD_LEVEL: i32 = 1;
+/// Buffer of the sequential reader and writer over a [`VfsFile`].
+const IO_BUFFER_BYTES: usize = 1 << 20;
 
 const TAG_META: u8 = 1;
 const TAG_PAIR: u8 = 2;
@@ -89,26 +96,89 @@ fn corrupt(path: &Path, detail: impl Into<String>) -> SnapshotError {
     }
 }
 
-/// Creates `dir` and removes unfinished `*.tmp` files left by a crash.
-pub fn clean_dir(dir: &Path) -> Result<(), SnapshotError> {
-    fs::create_dir_all(dir).map_err(io_err(dir))?;
-    remove_tmp_files(dir, "")
+/// Sequential `Read` over a [`VfsFile`] from an offset.
+struct VfsReader {
+    file: Arc<dyn VfsFile>,
+    offset: u64,
 }
 
-/// Removes the `*.tmp` files of `dir` whose names start with `prefix`.
-pub fn remove_tmp_files(dir: &Path, prefix: &str) -> Result<(), SnapshotError> {
-    for entry in fs::read_dir(dir).map_err(io_err(dir))? {
-        let path = entry.map_err(io_err(dir))?.path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        if name.starts_with(prefix) && name.ends_with(".tmp") {
-            fs::remove_file(&path).map_err(io_err(&path))?;
+impl Read for VfsReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.file.read_at(buf, self.offset)?;
+        self.offset += n as u64;
+        Ok(n)
+    }
+}
+
+/// Sequential `Write` over a [`VfsFile`] from an offset.
+struct VfsWriter {
+    file: Arc<dyn VfsFile>,
+    offset: u64,
+}
+
+impl Write for VfsWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.file.write_all_at(buf, self.offset)?;
+        self.offset += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The snapshot directory of one node, through its [`Vfs`]. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct SnapshotDir {
+    vfs: Arc<dyn Vfs>,
+    dir: PathBuf,
+}
+
+impl SnapshotDir {
+    /// The directory `dir` through `vfs`.
+    pub fn new(vfs: Arc<dyn Vfs>, dir: &Path) -> Self {
+        SnapshotDir {
+            vfs,
+            dir: dir.to_path_buf(),
         }
     }
-    Ok(())
-}
 
-fn sync_dir(dir: &Path) -> Result<(), SnapshotError> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(dir))
+    /// Path of `name` in the directory.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Creates the directory and removes unfinished `*.tmp` files left by a crash.
+    pub fn clean(&self) -> Result<(), SnapshotError> {
+        self.vfs.create_dir_all(&self.dir).map_err(io_err(&self.dir))?;
+        self.remove_tmp_files("")
+    }
+
+    /// Removes the `*.tmp` files whose names start with `prefix`.
+    pub fn remove_tmp_files(&self, prefix: &str) -> Result<(), SnapshotError> {
+        for path in self.vfs.list_dir(&self.dir).map_err(io_err(&self.dir))? {
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            if name.starts_with(prefix) && name.ends_with(".tmp") {
+                self.vfs.remove_file(&path).map_err(io_err(&path))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes `path` (a damaged file).
+    pub fn remove(&self, path: &Path) -> Result<(), SnapshotError> {
+        self.vfs.remove_file(path).map_err(io_err(path))?;
+        self.vfs.sync_dir(&self.dir).map_err(io_err(&self.dir))
+    }
+
+    /// Whether `path` exists.
+    pub fn exists(&self, path: &Path) -> bool {
+        self.vfs.exists(path)
+    }
+
+    fn open(&self, path: &Path, create: bool) -> Result<Arc<dyn VfsFile>, SnapshotError> {
+        self.vfs.open(path, create).map_err(io_err(path))
+    }
 }
 
 fn write_frame(w: &mut impl Write, tag: u8, key: &[u8], value: &[u8]) -> io::Result<()> {
@@ -129,61 +199,130 @@ fn write_frame(w: &mut impl Write, tag: u8, key: &[u8], value: &[u8]) -> io::Res
     w.write_all(&hasher.digest().to_le_bytes())
 }
 
-/// Writes a snapshot of `engine` (whose metadata blob is `sm_meta`) described by `meta` to
-/// `dir/name`, fsyncs it and returns its path. The caller holds the apply lock, so the engine does
-/// not change meanwhile.
-pub fn write_snapshot(
-    dir: &Path,
-    name: &str,
-    meta: &SnapshotMeta,
-    sm_meta: &[u8],
-    engine: &dyn Engine,
-) -> Result<PathBuf, SnapshotError> {
-    let path = dir.join(name);
-    let file = File::create(&path).map_err(io_err(&path))?;
-    let mut w = BufWriter::new(file);
-    let meta_bytes = postcard::to_stdvec(meta).map_err(|e| corrupt(&path, format!("encode meta: {e}")))?;
-    let meta_len = u32::try_from(meta_bytes.len()).map_err(|_| corrupt(&path, "meta too large"))?;
-    let header = (|| -> io::Result<()> {
-        w.write_all(SNAPSHOT_MAGIC)?;
-        w.write_all(&SNAPSHOT_FORMAT_VERSION.to_le_bytes())?;
-        w.write_all(&meta_len.to_le_bytes())?;
-        w.write_all(&meta_bytes)?;
-        w.write_all(&xxh3_64(&meta_bytes).to_le_bytes())
-    })();
-    header.map_err(io_err(&path))?;
-    let mut z = zstd::Encoder::new(w, ZSTD_LEVEL).map_err(io_err(&path))?;
-    write_frame(&mut z, TAG_META, &[], sm_meta).map_err(io_err(&path))?;
-    let mut count: u64 = 0;
-    let mut start: Vec<u8> = Vec::new();
-    loop {
-        let page = engine.scan(&start, None, SCAN_PAGE_PAIRS)?;
-        let Some((last_key, _)) = page.last() else { break };
-        let mut next = last_key.clone();
-        next.push(0);
-        for (k, v) in &page {
-            write_frame(&mut z, TAG_PAIR, k, v).map_err(io_err(&path))?;
-            count += 1;
+impl SnapshotDir {
+    /// Writes a snapshot of `engine` (whose metadata blob is `sm_meta`) described by `meta` to
+    /// `name` in the directory, fsyncs it and returns its path. The caller holds the apply lock,
+    /// so the engine does not change meanwhile.
+    pub fn write_snapshot(
+        &self,
+        name: &str,
+        meta: &SnapshotMeta,
+        sm_meta: &[u8],
+        engine: &dyn Engine,
+    ) -> Result<PathBuf, SnapshotError> {
+        let path = self.join(name);
+        let file = self.open(&path, true)?;
+        file.set_len(0).map_err(io_err(&path))?;
+        let mut w = BufWriter::with_capacity(
+            IO_BUFFER_BYTES,
+            VfsWriter {
+                file: file.clone(),
+                offset: 0,
+            },
+        );
+        let meta_bytes =
+            postcard::to_stdvec(meta).map_err(|e| corrupt(&path, format!("encode meta: {e}")))?;
+        let meta_len = u32::try_from(meta_bytes.len()).map_err(|_| corrupt(&path, "meta too large"))?;
+        let header = (|| -> io::Result<()> {
+            w.write_all(SNAPSHOT_MAGIC)?;
+            w.write_all(&SNAPSHOT_FORMAT_VERSION.to_le_bytes())?;
+            w.write_all(&meta_len.to_le_bytes())?;
+            w.write_all(&meta_bytes)?;
+            w.write_all(&xxh3_64(&meta_bytes).to_le_bytes())
+        })();
+        header.map_err(io_err(&path))?;
+        let mut z = zstd::Encoder::new(w, ZSTD_LEVEL).map_err(io_err(&path))?;
+        write_frame(&mut z, TAG_META, &[], sm_meta).map_err(io_err(&path))?;
+        let mut count: u64 = 0;
+        let mut start: Vec<u8> = Vec::new();
+        loop {
+            let page = engine.scan(&start, None, SCAN_PAGE_PAIRS)?;
+            let Some((last_key, _)) = page.last() else { break };
+            let mut next = last_key.clone();
+            next.push(0);
+            for (k, v) in &page {
+                write_frame(&mut z, TAG_PAIR, k, v).map_err(io_err(&path))?;
+                count += 1;
+            }
+            if page.len() < SCAN_PAGE_PAIRS {
+                break;
+            }
+            start = next;
         }
-        if page.len() < SCAN_PAGE_PAIRS {
-            break;
-        }
-        start = next;
+        write_frame(&mut z, TAG_END, &[], &count.to_le_bytes()).map_err(io_err(&path))?;
+        let mut w = z.finish().map_err(io_err(&path))?;
+        w.flush().map_err(io_err(&path))?;
+        file.sync_data().map_err(io_err(&path))?;
+        Ok(path)
     }
-    write_frame(&mut z, TAG_END, &[], &count.to_le_bytes()).map_err(io_err(&path))?;
-    let w = z.finish().map_err(io_err(&path))?;
-    let file = w.into_inner().map_err(|e| SnapshotError::Io {
-        path: path.display().to_string(),
-        source: e.into_error(),
-    })?;
-    file.sync_all().map_err(io_err(&path))?;
-    Ok(path)
-}
 
-/// Reads only the header of a snapshot file.
-pub fn read_meta(path: &Path) -> Result<SnapshotMeta, SnapshotError> {
-    let mut r = BufReader::new(File::open(path).map_err(io_err(path))?);
-    read_header(path, &mut r)
+    /// Opens the snapshot at `path` for sequential reading (see [`SnapshotReader::open`]).
+    pub fn reader(&self, path: &Path) -> Result<(SnapshotReader, SnapshotMeta, Vec<u8>), SnapshotError> {
+        SnapshotReader::open(path, self.open(path, false)?)
+    }
+
+    /// Reads the whole file at `path` and checks everything [`SnapshotReader`] checks (header,
+    /// every frame's checksum, key order, the end frame's count, nothing after it). Returns its
+    /// meta.
+    pub fn verify_file(&self, path: &Path) -> Result<SnapshotMeta, SnapshotError> {
+        let (mut reader, meta, _) = self.reader(path)?;
+        while reader.next_pair()?.is_some() {}
+        Ok(meta)
+    }
+
+    /// Makes the verified snapshot file `from` `current.snap`: fsyncs it, renames it (copies it
+    /// in first when it lies elsewhere) and fsyncs the directory.
+    pub fn make_current(&self, from: &Path) -> Result<PathBuf, SnapshotError> {
+        let target = self.join(CURRENT_FILE);
+        if from == target {
+            return Ok(target);
+        }
+        let from = if from.parent() == Some(self.dir.as_path()) {
+            from.to_path_buf()
+        } else {
+            self.copy_in(from)?
+        };
+        self.open(&from, false)?.sync_data().map_err(io_err(&from))?;
+        self.vfs.rename(&from, &target).map_err(io_err(&target))?;
+        self.vfs.sync_dir(&self.dir).map_err(io_err(&self.dir))?;
+        Ok(target)
+    }
+
+    /// Copies a file from elsewhere into `copy-*.tmp` here.
+    fn copy_in(&self, from: &Path) -> Result<PathBuf, SnapshotError> {
+        let source = self.open(from, false)?;
+        let tmp = self.join(&format!("copy-{}.tmp", std::process::id()));
+        let file = self.open(&tmp, true)?;
+        file.set_len(0).map_err(io_err(&tmp))?;
+        let mut buf = vec![0u8; IO_BUFFER_BYTES];
+        let mut offset = 0u64;
+        loop {
+            let n = source.read_at(&mut buf, offset).map_err(io_err(from))?;
+            let Some(chunk) = buf.get(..n).filter(|c| !c.is_empty()) else {
+                break;
+            };
+            file.write_all_at(chunk, offset).map_err(io_err(&tmp))?;
+            offset += n as u64;
+        }
+        Ok(tmp)
+    }
+
+    /// Opens an existing snapshot for openraft (position 0).
+    pub fn open_file(&self, path: &Path) -> Result<SnapshotFile, SnapshotError> {
+        Ok(SnapshotFile {
+            path: path.to_path_buf(),
+            file: self.open(path, false)?,
+            pos: 0,
+        })
+    }
+
+    /// Creates an empty file `name` for receiving a snapshot.
+    pub fn create_file(&self, name: &str) -> Result<SnapshotFile, SnapshotError> {
+        let path = self.join(name);
+        let file = self.open(&path, true)?;
+        file.set_len(0).map_err(io_err(&path))?;
+        Ok(SnapshotFile { path, file, pos: 0 })
+    }
 }
 
 fn read_header(path: &Path, r: &mut impl Read) -> Result<SnapshotMeta, SnapshotError> {
@@ -213,7 +352,7 @@ fn read_header(path: &Path, r: &mut impl Read) -> Result<SnapshotMeta, SnapshotE
 /// Sequential reader of a snapshot body: the state-machine metadata blob, then the pairs.
 pub struct SnapshotReader {
     path: PathBuf,
-    body: BufReader<zstd::Decoder<'static, BufReader<BufReader<File>>>>,
+    body: BufReader<zstd::Decoder<'static, BufReader<BufReader<VfsReader>>>>,
     /// Pairs read so far.
     count: u64,
     /// Key of the last pair (keys must ascend).
@@ -222,10 +361,10 @@ pub struct SnapshotReader {
 }
 
 impl SnapshotReader {
-    /// Opens `path`, checks the header and reads the metadata frame. Returns the reader, the
-    /// header meta and the state-machine metadata blob.
-    pub fn open(path: &Path) -> Result<(Self, SnapshotMeta, Vec<u8>), SnapshotError> {
-        let mut r = BufReader::new(File::open(path).map_err(io_err(path))?);
+    /// Reads `file` (at `path`): checks the header and reads the metadata frame. Returns the
+    /// reader, the header meta and the state-machine metadata blob.
+    fn open(path: &Path, file: Arc<dyn VfsFile>) -> Result<(Self, SnapshotMeta, Vec<u8>), SnapshotError> {
+        let mut r = BufReader::with_capacity(IO_BUFFER_BYTES, VfsReader { file, offset: 0 });
         let meta = read_header(path, &mut r)?;
         let decoder = zstd::Decoder::with_buffer(BufReader::new(r)).map_err(io_err(path))?;
         let mut reader = SnapshotReader {
@@ -336,94 +475,73 @@ impl Iterator for SnapshotReader {
     }
 }
 
-/// Moves a verified snapshot file to `dir/current.snap` (rename when it is already in `dir`, copy
-/// otherwise), fsyncing the file and the directory.
-pub fn make_current(dir: &Path, from: &Path) -> Result<PathBuf, SnapshotError> {
-    let target = dir.join(CURRENT_FILE);
-    if from == target {
-        return Ok(target);
-    }
-    if from.parent() == Some(dir) {
-        File::open(from)
-            .and_then(|f| f.sync_all())
-            .map_err(io_err(from))?;
-        fs::rename(from, &target).map_err(io_err(&target))?;
-    } else {
-        let tmp = dir.join(format!("copy-{}.tmp", std::process::id()));
-        fs::copy(from, &tmp).map_err(io_err(&tmp))?;
-        File::open(&tmp)
-            .and_then(|f| f.sync_all())
-            .map_err(io_err(&tmp))?;
-        fs::rename(&tmp, &target).map_err(io_err(&target))?;
-    }
-    sync_dir(dir)?;
-    Ok(target)
-}
-
-/// openraft's snapshot data handle: an open file plus its path (so `install_snapshot` can verify
-/// and keep the very file that was received).
+/// openraft's snapshot data handle: a file of the snapshot directory plus its path (so
+/// `install_snapshot` can verify and keep the very file that was received).
+///
+/// The async traits do the file's positional I/O inline: each call is one read or write of at
+/// most one snapshot chunk (4 MiB) on a local file, as openraft's chunked transport issues them.
 #[derive(Debug)]
 pub struct SnapshotFile {
     /// Where the file lives.
     pub path: PathBuf,
-    file: tokio::fs::File,
+    file: Arc<dyn VfsFile>,
+    pos: u64,
 }
 
 impl SnapshotFile {
-    /// Opens an existing snapshot for reading (position 0).
-    pub async fn open(path: PathBuf) -> io::Result<Self> {
-        let file = tokio::fs::File::open(&path).await?;
-        Ok(SnapshotFile { path, file })
-    }
-
-    /// Creates an empty file for receiving a snapshot.
-    pub async fn create(path: PathBuf) -> io::Result<Self> {
-        let file = tokio::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .await?;
-        Ok(SnapshotFile { path, file })
-    }
-
     /// Flushes written data to disk.
-    pub async fn sync(&mut self) -> io::Result<()> {
-        use tokio::io::AsyncWriteExt;
-        self.file.flush().await?;
-        self.file.sync_all().await
+    pub fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()
     }
 }
 
 impl AsyncRead for SnapshotFile {
     fn poll_read(
         mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        _cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.file).poll_read(cx, buf)
+        let pos = self.pos;
+        let n = self.file.read_at(buf.initialize_unfilled(), pos)?;
+        buf.advance(n);
+        self.pos += n as u64;
+        Poll::Ready(Ok(()))
     }
 }
 
 impl AsyncWrite for SnapshotFile {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.file).poll_write(cx, buf)
+    fn poll_write(mut self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let pos = self.pos;
+        self.file.write_all_at(buf, pos)?;
+        self.pos += buf.len() as u64;
+        Poll::Ready(Ok(buf.len()))
     }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.file).poll_flush(cx)
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
     }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.file).poll_shutdown(cx)
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
     }
 }
 
 impl AsyncSeek for SnapshotFile {
     fn start_seek(mut self: Pin<&mut Self>, position: io::SeekFrom) -> io::Result<()> {
-        Pin::new(&mut self.file).start_seek(position)
+        let base = match position {
+            io::SeekFrom::Start(p) => {
+                self.pos = p;
+                return Ok(());
+            }
+            io::SeekFrom::End(d) => (self.file.len()?, d),
+            io::SeekFrom::Current(d) => (self.pos, d),
+        };
+        self.pos = base
+            .0
+            .checked_add_signed(base.1)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "seek out of range"))?;
+        Ok(())
     }
-    fn poll_complete(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<u64>> {
-        Pin::new(&mut self.file).poll_complete(cx)
+    fn poll_complete(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<u64>> {
+        Poll::Ready(Ok(self.pos))
     }
 }
 
@@ -434,40 +552,90 @@ mod tests {
     use ftkv_engine::model::ModelEngine;
     use ftkv_engine::WriteOp;
 
-    #[test]
-    fn round_trip_and_corruption_detected() {
-        let dir = tempfile::tempdir().unwrap();
+    fn engine_with(n: u32) -> ModelEngine {
         let engine = ModelEngine::new();
-        let ops: Vec<WriteOp> = (0..10_000u32)
+        let ops: Vec<WriteOp> = (0..n)
             .map(|i| WriteOp::Put {
                 key: format!("k{i:06}").into_bytes(),
                 value: vec![(i % 251) as u8; 20],
             })
             .collect();
         engine.write(&ops, Some(b"sm-meta")).unwrap();
-        let meta = SnapshotMeta {
+        engine
+    }
+
+    fn meta() -> SnapshotMeta {
+        SnapshotMeta {
             snapshot_id: "s1".into(),
             ..Default::default()
-        };
-        let path = write_snapshot(dir.path(), "building-1.tmp", &meta, b"sm-meta", &engine).unwrap();
-        assert_eq!(read_meta(&path).unwrap(), meta);
-        let (reader, meta2, sm_meta) = SnapshotReader::open(&path).unwrap();
-        assert_eq!(meta2, meta);
+        }
+    }
+
+    #[test]
+    fn round_trip_and_corruption_detected() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = SnapshotDir::new(Arc::new(ftkv_vfs::RealVfs), tmp.path());
+        dir.clean().unwrap();
+        let engine = engine_with(10_000);
+        let path = dir
+            .write_snapshot("building-1.tmp", &meta(), b"sm-meta", &engine)
+            .unwrap();
+        assert_eq!(dir.verify_file(&path).unwrap(), meta());
+        let (reader, meta2, sm_meta) = dir.reader(&path).unwrap();
+        assert_eq!(meta2, meta());
         assert_eq!(sm_meta, b"sm-meta");
         let pairs: Vec<KeyValue> = reader.collect::<Result<_, _>>().unwrap();
         assert_eq!(pairs.len(), 10_000);
         assert_eq!(pairs[17], (b"k000017".to_vec(), vec![17u8; 20]));
 
-        // Flip one byte in the body: reading must fail, never yield wrong data silently.
-        let mut bytes = fs::read(&path).unwrap();
+        // Any flipped byte, in the header or the body, and any truncation is found by a full
+        // verification: never wrong data silently.
+        let bytes = std::fs::read(&path).unwrap();
         let n = bytes.len();
-        bytes[n - 20] ^= 0x40;
-        let bad = dir.path().join("bad.snap");
-        fs::write(&bad, &bytes).unwrap();
-        let result = SnapshotReader::open(&bad).and_then(|(r, _, _)| {
-            r.collect::<Result<Vec<_>, _>>()
-                .map_err(|e| corrupt(&bad, e.to_string()))
-        });
-        assert!(result.is_err());
+        let bad = tmp.path().join("bad.snap");
+        for at in [3, 10, 14, 20, n / 2, n - 20, n - 1] {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x40;
+            std::fs::write(&bad, &damaged).unwrap();
+            assert!(dir.verify_file(&bad).is_err(), "flip at {at} of {n} not detected");
+        }
+        for len in [0, 7, 16, 40, n / 2, n - 1] {
+            std::fs::write(&bad, &bytes[..len]).unwrap();
+            assert!(
+                dir.verify_file(&bad).is_err(),
+                "truncation to {len} of {n} not detected"
+            );
+        }
+        let mut longer = bytes.clone();
+        longer.extend_from_slice(b"trailing");
+        std::fs::write(&bad, &longer).unwrap();
+        assert!(dir.verify_file(&bad).is_err(), "trailing bytes not detected");
+    }
+
+    #[test]
+    fn received_bytes_not_synced_are_lost_with_the_process_in_lose_unsynced_mode() {
+        let tmp = tempfile::tempdir().unwrap();
+        let real = SnapshotDir::new(Arc::new(ftkv_vfs::RealVfs), tmp.path());
+        real.clean().unwrap();
+        let source = real
+            .write_snapshot("building-1.tmp", &meta(), b"sm-meta", &engine_with(100))
+            .unwrap();
+        let bytes = std::fs::read(&source).unwrap();
+        {
+            let unsynced = SnapshotDir::new(
+                ftkv_vfs::UnsyncedBufferVfs::over_real(std::time::Duration::ZERO),
+                tmp.path(),
+            );
+            let mut file = unsynced.create_file("receiving-1.tmp").unwrap();
+            let written = futures::executor::block_on(async {
+                use tokio::io::AsyncWriteExt;
+                file.write_all(&bytes).await
+            });
+            written.unwrap();
+            // Readable through the same file layer before the sync...
+            assert_eq!(unsynced.verify_file(&file.path).unwrap(), meta());
+            // ... and gone when the process dies without it.
+        }
+        assert!(real.verify_file(&tmp.path().join("receiving-1.tmp")).is_err());
     }
 }

@@ -10,10 +10,19 @@
 //! - `build_snapshot` forces `Engine::checkpoint` and writes exactly the checkpointed state to
 //!   `snapshots/current.snap` while holding the apply lock; openraft purges the log only up to a
 //!   snapshot, so the log (the write-ahead log) is never purged past a durable checkpoint.
-//! - `install_snapshot` verifies the received file while feeding it to `Engine::replace_all`.
+//! - `install_snapshot` verifies the received file while feeding it to `Engine::replace_all`
+//!   (the peer server has verified it whole before already).
+//! - The snapshot file is checked end to end at open and every time it is about to be sent: a
+//!   damaged or missing one is rebuilt from the engine (which is authoritative), never sent.
+//! - [`Durable`]: the highest log index the engine holds durably (at open, after every
+//!   checkpoint, after an install). The log store purges only up to it, so a crash at any step
+//!   of a snapshot install leaves the log and the engine consistent: openraft queues the purge of
+//!   what a received snapshot covers before the state machine has installed it.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+#[cfg(test)]
+use std::path::Path;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -25,9 +34,10 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::command::{Command, CommandResult, TxnOp};
+use super::crash_point;
 use super::log_store::{decode_versioned, encode_versioned};
 use super::session::{SessionCheck, SessionTable};
-use super::snapshot::{self, SnapshotFile, SnapshotReader, CURRENT_FILE};
+use super::snapshot::{SnapshotDir, SnapshotFile, CURRENT_FILE};
 use super::types::{
     read_error, write_error, Entry, EntryResults, LogId, Snapshot, SnapshotMeta, StorageError,
     StoredMembership, TypeConfig,
@@ -48,13 +58,24 @@ pub struct PersistedMeta {
 struct Shared {
     engine: Arc<dyn Engine>,
     /// `DATA_DIR/snapshots`.
-    dir: PathBuf,
+    snapshots: SnapshotDir,
     /// The apply lock: apply, snapshot build and install are serialized on it.
     state: Mutex<PersistedMeta>,
     /// Meta of `current.snap` (separate lock: readers never wait for a snapshot build).
     current: Mutex<Option<SnapshotMeta>>,
     applied_index: AtomicU64,
     snapshot_seq: AtomicU64,
+    /// What the engine holds durably (see [`Durable`]).
+    durable: tokio::sync::watch::Sender<Durable>,
+}
+
+/// How far the engine's durable state reaches, watched by the log store's purge.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Durable {
+    /// Highest log index covered by the engine's last durable state (checkpoint or install).
+    pub index: u64,
+    /// Set when an install failed: nothing will become durable any more (the node stops).
+    pub failed: Option<String>,
 }
 
 /// The state machine handle. Cheap to clone; a clone is also the snapshot builder.
@@ -76,22 +97,35 @@ fn snapshot_error(err: impl std::fmt::Display) -> StorageError {
 }
 
 impl StateMachine {
-    /// Opens the state machine over `engine`, with snapshots in `snapshot_dir` (created; unfinished
-    /// files removed). Reads the persisted metadata from the engine.
+    /// [`StateMachine::open_in`] on the real file system.
+    #[cfg(test)]
     pub fn open(engine: Arc<dyn Engine>, snapshot_dir: &Path) -> Result<Self, StorageError> {
-        snapshot::clean_dir(snapshot_dir).map_err(snapshot_error)?;
+        Self::open_in(
+            engine,
+            SnapshotDir::new(Arc::new(ftkv_vfs::RealVfs), snapshot_dir),
+        )
+    }
+
+    /// Opens the state machine over `engine`, with snapshots in `snapshots` (created; unfinished
+    /// files removed; the current snapshot verified end to end and rebuilt when damaged). Reads
+    /// the persisted metadata from the engine.
+    pub fn open_in(engine: Arc<dyn Engine>, snapshots: SnapshotDir) -> Result<Self, StorageError> {
+        snapshots.clean().map_err(snapshot_error)?;
         let persisted: PersistedMeta = match engine.meta().map_err(sm_read_error)? {
             Some(bytes) => decode_versioned(&bytes).map_err(sm_read_error)?,
             None => PersistedMeta::default(),
         };
-        let current_path = snapshot_dir.join(CURRENT_FILE);
-        let current = if current_path.exists() {
-            match snapshot::read_meta(&current_path) {
+        let current_path = snapshots.join(CURRENT_FILE);
+        let mut rebuild = false;
+        let current = if snapshots.exists(&current_path) {
+            match snapshots.verify_file(&current_path) {
                 Ok(meta) => Some(meta),
                 Err(e) => {
-                    // The engine is authoritative; a bad snapshot file is only a cache for followers.
-                    tracing::warn!(error = %e, "ignoring unreadable snapshot file");
-                    std::fs::remove_file(&current_path).map_err(snapshot_error)?;
+                    // The engine is authoritative; a snapshot file is only a copy of it for
+                    // followers. A damaged one is replaced by a fresh build below.
+                    tracing::error!(error = %e, "snapshot file is damaged; rebuilding it from the engine");
+                    snapshots.remove(&current_path).map_err(snapshot_error)?;
+                    rebuild = true;
                     None
                 }
             }
@@ -99,16 +133,36 @@ impl StateMachine {
             None
         };
         let applied = persisted.last_applied.map_or(0, |l| l.index);
-        Ok(StateMachine {
+        let (durable, _) = tokio::sync::watch::channel(Durable {
+            index: applied,
+            failed: None,
+        });
+        let sm = StateMachine {
             shared: Arc::new(Shared {
                 engine,
-                dir: snapshot_dir.to_path_buf(),
+                snapshots,
                 state: Mutex::new(persisted),
                 current: Mutex::new(current),
                 applied_index: AtomicU64::new(applied),
                 snapshot_seq: AtomicU64::new(0),
+                durable,
             }),
-        })
+        };
+        if rebuild {
+            // A follower that needs a snapshot must find a sound one: build it now.
+            build_snapshot_blocking(&sm.shared, sm.next_seq())?;
+        }
+        Ok(sm)
+    }
+
+    /// The snapshot directory.
+    pub fn snapshots(&self) -> &SnapshotDir {
+        &self.shared.snapshots
+    }
+
+    /// Watches how far the engine's durable state reaches (for the log store's purge).
+    pub fn durable(&self) -> tokio::sync::watch::Receiver<Durable> {
+        self.shared.durable.subscribe()
     }
 
     /// The engine (for reads).
@@ -123,8 +177,10 @@ impl StateMachine {
 
     /// Makes everything applied durable (engine checkpoint, with metadata).
     pub fn checkpoint(&self) -> Result<(), EngineError> {
-        let _state = self.shared.state.lock();
-        self.shared.engine.checkpoint()
+        let state = self.shared.state.lock();
+        self.shared.engine.checkpoint()?;
+        self.shared.mark_durable(&state);
+        Ok(())
     }
 
     fn next_seq(&self) -> u64 {
@@ -140,6 +196,14 @@ impl StateMachine {
         tokio::task::spawn_blocking(move || f(&shared))
             .await
             .map_err(|e| sm_write_error(format!("blocking task failed: {e}")))?
+    }
+}
+
+impl Shared {
+    /// Records that everything `state` describes is durable in the engine.
+    fn mark_durable(&self, state: &PersistedMeta) {
+        let index = state.last_applied.map_or(0, |l| l.index);
+        self.durable.send_modify(|d| d.index = d.index.max(index));
     }
 }
 
@@ -316,6 +380,7 @@ fn apply_entries(shared: &Shared, entries: Vec<Entry>) -> Result<Vec<EntryResult
 fn build_snapshot_blocking(shared: &Shared, seq: u64) -> Result<(SnapshotMeta, PathBuf), StorageError> {
     let state = shared.state.lock();
     shared.engine.checkpoint().map_err(snapshot_error)?;
+    shared.mark_durable(&state);
     let last = state.last_applied;
     let snapshot_id = match last {
         Some(l) => format!("{}-{}-{}-{seq}", l.leader_id.term, l.leader_id.node_id, l.index),
@@ -328,9 +393,11 @@ fn build_snapshot_blocking(shared: &Shared, seq: u64) -> Result<(SnapshotMeta, P
     };
     let sm_meta = encode_versioned(&*state).map_err(snapshot_error)?;
     let tmp_name = format!("building-{seq}.tmp");
-    let tmp = snapshot::write_snapshot(&shared.dir, &tmp_name, &meta, &sm_meta, shared.engine.as_ref())
+    let tmp = shared
+        .snapshots
+        .write_snapshot(&tmp_name, &meta, &sm_meta, shared.engine.as_ref())
         .map_err(snapshot_error)?;
-    let path = snapshot::make_current(&shared.dir, &tmp).map_err(snapshot_error)?;
+    let path = shared.snapshots.make_current(&tmp).map_err(snapshot_error)?;
     *shared.current.lock() = Some(meta.clone());
     Ok((meta, path))
 }
@@ -341,7 +408,8 @@ fn install_snapshot_blocking(
     received: PathBuf,
 ) -> Result<(), StorageError> {
     let mut state = shared.state.lock();
-    let (mut reader, _header, sm_meta) = SnapshotReader::open(&received).map_err(snapshot_error)?;
+    crash_point::hit("install-snapshot:before-engine");
+    let (mut reader, _header, sm_meta) = shared.snapshots.reader(&received).map_err(snapshot_error)?;
     let mut persisted: PersistedMeta = decode_versioned(&sm_meta).map_err(snapshot_error)?;
     persisted.last_applied = meta.last_log_id;
     persisted.last_membership = meta.last_membership.clone();
@@ -350,10 +418,10 @@ fn install_snapshot_blocking(
         .engine
         .replace_all(&mut reader, &encoded)
         .map_err(snapshot_error)?;
-    snapshot::make_current(&shared.dir, &received).map_err(snapshot_error)?;
-    if received.parent() == Some(shared.dir.as_path()) && received.exists() {
-        let _ = std::fs::remove_file(&received);
-    }
+    crash_point::hit("install-snapshot:engine-replaced");
+    shared.mark_durable(&persisted);
+    shared.snapshots.make_current(&received).map_err(snapshot_error)?;
+    crash_point::hit("install-snapshot:file-current");
     shared
         .applied_index
         .store(persisted.last_applied.map_or(0, |l| l.index), Ordering::Release);
@@ -368,7 +436,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         let (meta, path) = self
             .blocking(move |shared| build_snapshot_blocking(shared, seq))
             .await?;
-        let file = SnapshotFile::open(path).await.map_err(snapshot_error)?;
+        let file = self.shared.snapshots.open_file(&path).map_err(snapshot_error)?;
         Ok(Snapshot {
             meta,
             snapshot: Box::new(file),
@@ -402,36 +470,71 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotFile>, StorageError> {
         // openraft receives one snapshot at a time: a new transfer abandons any earlier one.
-        let dir = self.shared.dir.clone();
-        tokio::task::spawn_blocking(move || snapshot::remove_tmp_files(&dir, "receiving-"))
-            .await
-            .map_err(snapshot_error)?
-            .map_err(snapshot_error)?;
-        let path = self.shared.dir.join(format!("receiving-{}.tmp", self.next_seq()));
-        let file = SnapshotFile::create(path).await.map_err(snapshot_error)?;
+        let name = format!("receiving-{}.tmp", self.next_seq());
+        let file = self
+            .blocking(move |shared| {
+                shared
+                    .snapshots
+                    .remove_tmp_files("receiving-")
+                    .map_err(snapshot_error)?;
+                shared.snapshots.create_file(&name).map_err(snapshot_error)
+            })
+            .await?;
         Ok(Box::new(file))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        mut snapshot: Box<SnapshotFile>,
+        snapshot: Box<SnapshotFile>,
     ) -> Result<(), StorageError> {
-        snapshot.sync().await.map_err(snapshot_error)?;
+        snapshot.sync().map_err(snapshot_error)?;
         let received = snapshot.path.clone();
         drop(snapshot);
         let meta = meta.clone();
-        self.blocking(move |shared| install_snapshot_blocking(shared, meta, received))
-            .await
+        let installed = self
+            .blocking(move |shared| install_snapshot_blocking(shared, meta, received))
+            .await;
+        if let Err(e) = &installed {
+            // Nothing will become durable any more: release a purge waiting for this install.
+            self.shared
+                .durable
+                .send_modify(|d| d.failed = Some(e.to_string()));
+        }
+        installed
     }
 
+    /// The current snapshot, checked end to end first (openraft asks for it to send it to a
+    /// follower): a damaged file is rebuilt from the engine, never sent.
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
-        let Some(meta) = self.shared.current.lock().clone() else {
+        let seq = self.next_seq();
+        let checked = self
+            .blocking(move |shared| {
+                let Some(meta) = shared.current.lock().clone() else {
+                    return Ok(None);
+                };
+                let path = shared.snapshots.join(CURRENT_FILE);
+                match shared.snapshots.verify_file(&path) {
+                    Ok(on_disk) if on_disk == meta => Ok(Some((meta, path))),
+                    Ok(on_disk) => {
+                        tracing::error!(
+                            expected = %meta.snapshot_id,
+                            found = %on_disk.snapshot_id,
+                            "snapshot file is not the current snapshot; rebuilding it"
+                        );
+                        build_snapshot_blocking(shared, seq).map(Some)
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "snapshot file is damaged; rebuilding it before sending");
+                        build_snapshot_blocking(shared, seq).map(Some)
+                    }
+                }
+            })
+            .await?;
+        let Some((meta, path)) = checked else {
             return Ok(None);
         };
-        let file = SnapshotFile::open(self.shared.dir.join(CURRENT_FILE))
-            .await
-            .map_err(snapshot_error)?;
+        let file = self.shared.snapshots.open_file(&path).map_err(snapshot_error)?;
         Ok(Some(Snapshot {
             meta,
             snapshot: Box::new(file),

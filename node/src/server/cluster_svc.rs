@@ -136,7 +136,7 @@ impl Cluster for ClusterService {
             peer: req.peer_endpoint,
         };
         self.cluster
-            .add_learner(req.id, addr)
+            .add_learner(req.id, addr, req.update)
             .await
             .map_err(errors::cluster)?;
         Ok(Response::new(self.members_response()))

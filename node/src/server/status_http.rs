@@ -1,6 +1,7 @@
 //! Status HTTP server: `/metrics` (Prometheus text format from the `metrics` recorder),
 //! `/livez` (the process serves), `/readyz` (a leader is known and this node applied what it
-//! knows to be committed... approximately: applied >= commit index at the time of the call).
+//! knows to be committed... approximately: applied >= commit index at the time of the call; never
+//! on a node its peers refuse as removed).
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -54,6 +55,12 @@ async fn ready(State(state): State<AppState>) -> (StatusCode, String) {
     let st = state.cluster.status();
     if st.role == "shutdown" {
         return (StatusCode::SERVICE_UNAVAILABLE, "raft stopped\n".into());
+    }
+    if st.role == "removed" {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "removed from the cluster (peers refuse this node as not a member)\n".into(),
+        );
     }
     match st.leader_id {
         Some(leader) if st.applied_index >= st.commit_index => {
