@@ -104,7 +104,8 @@ pub enum PartitionShape {
     IsolateOne,
     /// The leader alone.
     IsolateLeader,
-    /// One random follower alone (never the leader; scenario steps only).
+    /// One follower alone: never the leader the harness sees when it cuts (a random member when
+    /// no leader is known). Scenario steps only; the random schedule keeps `isolate-one`.
     IsolateFollower,
     /// Random majority/minority halves.
     Halves,
