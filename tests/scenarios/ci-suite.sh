@@ -2,7 +2,7 @@
 # Short Jepsen-style suite for CI (about 12 minutes on 2 cores): every workload once under a mixed
 # nemesis (partition, kill, pause, clock) for 20 s, set and counter under kill + disk + lose-unsynced,
 # register under membership changes, the local-reads canary scenario (must be caught: exit 1), then
-# the twelve scenarios. Needs root, iproute2, iptables and faketime, and the binaries built:
+# the fourteen scenarios. Needs root, iproute2, iptables and faketime, and the binaries built:
 #   cargo build -p ftkv-node -p ftkv-client -p ftkv-tests --bins
 # Usage: tests/scenarios/ci-suite.sh [STORE_DIR]   (exit 0 only when every verdict is as expected)
 set -u

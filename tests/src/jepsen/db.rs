@@ -365,11 +365,27 @@ impl Db {
         }
     }
 
-    /// Replaces member `old` by `new` in the member list.
-    pub fn replace_member(&self, old: u64, new: u64) {
+    /// Sets the member list to `ids` (the membership the cluster reported: see
+    /// [`crate::jepsen::nemesis`]'s membership read-back).
+    pub fn set_members(&self, ids: &[u64]) {
         let mut m = self.members.lock().unwrap_or_else(|e| e.into_inner());
-        m.retain(|&x| x != old);
-        m.push(new);
+        *m = ids.to_vec();
+    }
+
+    /// Counts node `id` as a member (once).
+    pub fn add_member(&self, id: u64) {
+        let mut m = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        if !m.contains(&id) {
+            m.push(id);
+        }
+    }
+
+    /// Every node the substrate started, members or not.
+    pub fn node_ids(&self) -> Vec<u64> {
+        match &self.inner {
+            Inner::Local(c) => c.ids(),
+            Inner::Netns(c) => c.ids(),
+        }
     }
 
     /// The leader, if a node claims it now (the highest term wins).
@@ -405,11 +421,7 @@ impl Db {
 
     /// Copies every node's log into `dir` as `n<ID>.log`.
     pub fn copy_logs(&self, dir: &Path) {
-        let ids: Vec<u64> = match &self.inner {
-            Inner::Local(c) => c.ids(),
-            Inner::Netns(c) => c.ids(),
-        };
-        for id in ids {
+        for id in self.node_ids() {
             if let Ok(p) = self.log_path(id) {
                 let _ = std::fs::copy(&p, dir.join(format!("n{id}.log")));
             }

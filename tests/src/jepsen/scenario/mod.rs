@@ -27,32 +27,35 @@
 //! ```
 //!
 //! Steps (`do`): `wait {for}`, `kill {target}`, `restart {target}` (nodes not running), `pause
-//! {target}`, `resume {target}`, `partition {shape}`, `heal`, `disk {target, mode}` (the node
-//! stays down until `restart`), `membership`, `put {key, value, node?}`, `get {key, node?}` (node
-//! `"all"`: one get per member), `repeat {times, steps}`, `lose-unsynced {target}` (SIGKILL losing
-//! what was not fsynced; the node stays down until `restart`) and `clock {target, offset_ms}`
-//! (libfaketime offset; `offset_ms = 0` resets; every clock is reset at the final heal). A script
-//! with `lose-unsynced` or `clock` steps starts its nodes in the matching mode (see
-//! [`crate::jepsen::db`]). Targets: `"leader"`,
-//! `"follower"`, `"random"`, `"all"`, `"isolated"` (cut off by the last isolate partition) or a
-//! node id.
+//! {target}`, `resume {target}`, `partition {shape}` (`isolate-one`, `isolate-leader`,
+//! `isolate-follower`: a follower alone, never the leader; `halves`, `bridge`), `heal`, `disk
+//! {target, mode, file?}` (`file`: `log`, `snapshot-header`, `snapshot-body`; the node stays down
+//! until `restart`), `membership` (replace a follower), `remove {target}` (remove one member, no
+//! replacement), `add {promote?}` (a fresh node under a new id, promoted by default),
+//! `kill-after-election {delay, target?, timeout?}` (SIGKILL `delay` after a leader is elected
+//! in a higher term than when the step began), `put {key, value, node?}`, `get {key, node?}`
+//! (node `"all"`: one get per member), `repeat {times, steps}`, `lose-unsynced {target}` (SIGKILL
+//! losing what was not fsynced; the node stays down until `restart`) and `clock {target,
+//! offset_ms}` (libfaketime offset; `offset_ms = 0` resets; every clock is reset at the final
+//! heal). A script with `lose-unsynced` or `clock` steps starts its nodes in the matching mode
+//! (see [`crate::jepsen::db`]). Targets: `"leader"`, `"follower"`, `"random"`, `"all"`,
+//! `"isolated"` (cut off by the last isolate partition) or a node id. After every membership
+//! step the harness counts the members the cluster reports (see [`crate::jepsen::nemesis`]).
+
+mod script;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
-use tokio::sync::Mutex as AsyncMutex;
 
-use crate::jepsen::checker::{CheckResult, Verdict};
-use crate::jepsen::db::{Db, SubstrateKind};
-use crate::jepsen::history::{Op, OpType, Recorder};
-use crate::jepsen::nemesis::{Active, DiskMode, Fault, Nemesis, NemesisKind, PartitionShape, Target};
+use crate::jepsen::db::SubstrateKind;
+use crate::jepsen::nemesis::{DiskFile, DiskMode, NemesisKind, PartitionShape, Target};
 use crate::jepsen::runner::TestOptions;
-use crate::jepsen::workload::{PlannedOp, WorkloadKind, WorkloadOptions};
+use crate::jepsen::workload::{WorkloadKind, WorkloadOptions};
+
+pub use script::ScriptContext;
 
 /// Errors loading scenario files.
 #[derive(Debug, thiserror::Error)]
@@ -86,7 +89,7 @@ pub enum TargetSpec {
 }
 
 impl TargetSpec {
-    fn to_target(&self) -> Result<Target, String> {
+    pub(crate) fn to_target(&self) -> Result<Target, String> {
         Ok(match self {
             TargetSpec::Id(n) => Target::Node(*n),
             TargetSpec::Name(s) => match s.as_str() {
@@ -146,16 +149,47 @@ pub enum Step {
     },
     /// Remove partitions.
     Heal,
-    /// Kill and corrupt the newest log segment; the node stays down until `restart`.
+    /// Kill and damage the newest log segment or the snapshot file; the node stays down until
+    /// `restart`.
     Disk {
         /// Whom.
         #[serde(default = "default_target")]
         target: TargetSpec,
         /// How.
         mode: DiskMode,
+        /// Which file: `log` (default), `snapshot-header` or `snapshot-body` (no snapshot file
+        /// yet: the log instead, as the report line says).
+        #[serde(default = "default_disk_file")]
+        file: DiskFile,
     },
     /// Replace a follower by a fresh node under a new id.
     Membership,
+    /// Remove member `target` (no replacement); it is stopped and wiped, and the harness counts
+    /// the members the cluster then has.
+    Remove {
+        /// Whom (`leader`, `follower`, `random`, `isolated` or an id).
+        #[serde(default = "follower_target")]
+        target: TargetSpec,
+    },
+    /// Start a fresh node under a new id and add it as learner, then (by default) promote it.
+    Add {
+        /// Promote it to voter once it has caught up.
+        #[serde(default = "yes")]
+        promote: bool,
+    },
+    /// Wait until a leader is elected in a term above the highest term any member reports when
+    /// the step begins, wait `delay` more, then SIGKILL `target` (default: that new leader); the
+    /// node stays down until `restart`. Put it right after the fault that forces the election.
+    KillAfterElection {
+        /// Time between seeing the new leader and the kill (`0ms`, `150ms`, `1s`).
+        delay: String,
+        /// Whom (`leader` = the newly elected leader).
+        #[serde(default = "leader_target")]
+        target: TargetSpec,
+        /// Give up (no kill, recorded) when no new leader is seen within this time.
+        #[serde(default = "election_timeout")]
+        timeout: String,
+    },
     /// SIGKILL losing every write not yet fsynced; the node stays down until `restart`.
     LoseUnsynced {
         /// Whom.
@@ -200,6 +234,26 @@ pub enum Step {
 
 fn all_target() -> TargetSpec {
     TargetSpec::Name("all".into())
+}
+
+fn follower_target() -> TargetSpec {
+    TargetSpec::Name("follower".into())
+}
+
+fn leader_target() -> TargetSpec {
+    TargetSpec::Name("leader".into())
+}
+
+fn default_disk_file() -> DiskFile {
+    DiskFile::Log
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn election_timeout() -> String {
+    "15s".into()
 }
 
 /// A scenario file.
@@ -278,6 +332,21 @@ fn validate_steps(steps: &[Step]) -> Result<(), String> {
             | Step::Disk { target, .. }
             | Step::LoseUnsynced { target }
             | Step::Clock { target, .. } => {
+                target.to_target()?;
+            }
+            Step::Remove { target } if target.to_target()? == Target::All => {
+                return Err("remove takes one member, not \"all\"".into());
+            }
+            Step::Remove { target } => {
+                target.to_target()?;
+            }
+            Step::KillAfterElection {
+                delay,
+                target,
+                timeout,
+            } => {
+                parse_duration(delay)?;
+                parse_duration(timeout)?;
                 target.to_target()?;
             }
             Step::Put { node: Some(n), .. } | Step::Get { node: Some(n), .. } => {
@@ -366,294 +435,6 @@ pub fn scenario_files(path: &Path) -> Result<Vec<PathBuf>, ScenarioError> {
     }
 }
 
-/// Executes a script against the db, recording faults and scripted ops.
-pub struct ScriptContext {
-    db: Arc<Db>,
-    recorder: Recorder,
-    nemesis: Arc<AsyncMutex<Nemesis>>,
-    op_timeout: Duration,
-    interrupted: Arc<AtomicBool>,
-    down: BTreeSet<u64>,
-    paused: BTreeSet<u64>,
-    unsupported: Vec<CheckResult>,
-}
-
-impl ScriptContext {
-    /// A context over the run's db, recorder and nemesis.
-    pub fn new(
-        db: Arc<Db>,
-        recorder: Recorder,
-        nemesis: Arc<AsyncMutex<Nemesis>>,
-        op_timeout: Duration,
-        interrupted: Arc<AtomicBool>,
-    ) -> Self {
-        ScriptContext {
-            db,
-            recorder,
-            nemesis,
-            op_timeout,
-            interrupted,
-            down: BTreeSet::new(),
-            paused: BTreeSet::new(),
-            unsupported: Vec::new(),
-        }
-    }
-
-    /// `unsupported` results for steps that could not be carried out (one per kind).
-    pub fn unsupported(&self) -> Vec<CheckResult> {
-        self.unsupported.clone()
-    }
-
-    fn note_unsupported(&mut self, kind: NemesisKind) {
-        let name = format!("nemesis-{}", kind.name());
-        if self.unsupported.iter().any(|r| r.checker == name) {
-            return;
-        }
-        let reason = kind.unsupported_reason(self.db.substrate()).unwrap_or_default();
-        self.recorder.record(Op::new(
-            crate::jepsen::history::Process::Nemesis,
-            OpType::Info,
-            &format!("unsupported-{}", kind.name()),
-            None,
-            json!(reason),
-        ));
-        self.unsupported
-            .push(CheckResult::new(&name, Verdict::Unsupported, reason, Value::Null));
-    }
-
-    /// Runs `steps` in order (boxed for recursion through `repeat`).
-    pub fn run<'a>(
-        &'a mut self,
-        steps: &'a [Step],
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
-        Box::pin(async move {
-            for step in steps {
-                if self.interrupted.load(Ordering::Relaxed) {
-                    return;
-                }
-                self.step(step).await;
-            }
-        })
-    }
-
-    async fn resolve(&self, spec: &TargetSpec) -> Vec<u64> {
-        match spec.to_target() {
-            Ok(Target::All) => self.db.members(),
-            Ok(Target::Node(n)) => vec![n],
-            Ok(Target::Leader) => self.db.leader().await.into_iter().collect(),
-            Ok(Target::Isolated) => self.nemesis.lock().await.isolated(),
-            _ => Vec::new(),
-        }
-    }
-
-    async fn step(&mut self, step: &Step) {
-        match step {
-            Step::Wait { duration } => {
-                let d = parse_duration(duration).unwrap_or_default();
-                let until = std::time::Instant::now() + d;
-                while std::time::Instant::now() < until && !self.interrupted.load(Ordering::Relaxed) {
-                    tokio::time::sleep(
-                        until
-                            .saturating_duration_since(std::time::Instant::now())
-                            .min(Duration::from_millis(200)),
-                    )
-                    .await;
-                }
-            }
-            Step::Kill { target } | Step::Disk { target, .. } | Step::LoseUnsynced { target } => {
-                let Ok(t) = target.to_target() else { return };
-                let fault = match step {
-                    Step::Disk { mode, .. } => Fault::Disk {
-                        target: t,
-                        mode: *mode,
-                    },
-                    Step::LoseUnsynced { .. } => Fault::LoseUnsynced { target: t },
-                    _ => Fault::Kill { target: t },
-                };
-                if let Active::Killed(nodes) = self.nemesis.lock().await.start(&fault).await {
-                    self.down.extend(nodes);
-                }
-            }
-            Step::Restart { target } => {
-                let wanted = self.resolve(target).await;
-                let nodes: Vec<u64> = self
-                    .db
-                    .members()
-                    .into_iter()
-                    .filter(|n| (wanted.contains(n) || wanted.is_empty()) && !self.db.is_running(*n))
-                    .collect();
-                for n in &nodes {
-                    self.down.remove(n);
-                }
-                self.nemesis
-                    .lock()
-                    .await
-                    .stop(NemesisKind::Kill, Active::Killed(nodes))
-                    .await;
-            }
-            Step::Pause { target } => {
-                let Ok(t) = target.to_target() else { return };
-                if let Active::Paused(nodes) =
-                    self.nemesis.lock().await.start(&Fault::Pause { target: t }).await
-                {
-                    self.paused.extend(nodes);
-                }
-            }
-            Step::Resume { target } => {
-                let wanted = self.resolve(target).await;
-                let nodes: Vec<u64> = self
-                    .paused
-                    .iter()
-                    .copied()
-                    .filter(|n| wanted.contains(n) || wanted.is_empty())
-                    .collect();
-                for n in &nodes {
-                    self.paused.remove(n);
-                }
-                self.nemesis
-                    .lock()
-                    .await
-                    .stop(NemesisKind::Pause, Active::Paused(nodes))
-                    .await;
-            }
-            Step::Partition { shape } => {
-                if let Some(_reason) = NemesisKind::Partition.unsupported_reason(self.db.substrate()) {
-                    self.note_unsupported(NemesisKind::Partition);
-                    return;
-                }
-                self.nemesis
-                    .lock()
-                    .await
-                    .start(&Fault::Partition { shape: *shape })
-                    .await;
-            }
-            Step::Heal => {
-                if NemesisKind::Partition
-                    .unsupported_reason(self.db.substrate())
-                    .is_none()
-                {
-                    self.nemesis
-                        .lock()
-                        .await
-                        .stop(NemesisKind::Partition, Active::Partitioned)
-                        .await;
-                }
-            }
-            Step::Membership => {
-                self.nemesis.lock().await.start(&Fault::Membership).await;
-            }
-            Step::Clock { target, offset_ms } => {
-                let Ok(t) = target.to_target() else { return };
-                let fault = Fault::Clock {
-                    target: t,
-                    skew: crate::jepsen::nemesis::clock_offset_spec(*offset_ms),
-                };
-                // The skew stays until a later `clock` step or the final heal resets it.
-                self.nemesis.lock().await.start(&fault).await;
-            }
-            Step::Put { key, value, node } => {
-                let op = PlannedOp {
-                    f: "put".into(),
-                    key: Some(json!(format!("s-{key}"))),
-                    value: json!(value),
-                };
-                let targets = self.op_targets(node).await;
-                for ep in targets.into_iter().take(1) {
-                    self.scripted_op(&op, ep).await;
-                }
-            }
-            Step::Get { key, node } => {
-                let op = PlannedOp {
-                    f: "get".into(),
-                    key: Some(json!(format!("s-{key}"))),
-                    value: Value::Null,
-                };
-                let all = matches!(node, Some(TargetSpec::Name(n)) if n == "all");
-                let targets = self.op_targets(node).await;
-                let n = if all { targets.len() } else { 1 };
-                for ep in targets.into_iter().take(n) {
-                    self.scripted_op(&op, ep).await;
-                }
-            }
-            Step::Repeat { times, steps } => {
-                for _ in 0..*times {
-                    if self.interrupted.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    self.run(steps).await;
-                }
-            }
-        }
-    }
-
-    /// Endpoint lists for a scripted op: `None` = all endpoints (any node); a target = only it.
-    async fn op_targets(&self, node: &Option<TargetSpec>) -> Vec<Vec<String>> {
-        match node {
-            None => vec![self.db.endpoints()],
-            Some(spec) => {
-                let ids = match spec.to_target() {
-                    Ok(Target::Random) | Ok(Target::Follower) => {
-                        let leader = self.db.leader().await;
-                        let f: Vec<u64> = self
-                            .db
-                            .members()
-                            .into_iter()
-                            .filter(|m| Some(*m) != leader)
-                            .collect();
-                        f.into_iter().take(1).collect()
-                    }
-                    _ => self.resolve(spec).await,
-                };
-                ids.into_iter()
-                    .filter_map(|id| self.db.endpoint(id).ok())
-                    .map(|e| vec![e])
-                    .collect()
-            }
-        }
-    }
-
-    async fn scripted_op(&self, op: &PlannedOp, endpoints: Vec<String>) {
-        let client = ftkv_client::Client::builder()
-            .endpoints(endpoints)
-            .connect_timeout(Duration::from_secs(2))
-            .request_timeout(Duration::from_secs(3))
-            .retry(ftkv_client::RetryPolicy {
-                deadline: self.op_timeout,
-                ..Default::default()
-            })
-            .build()
-            .await;
-        let process = self.recorder.new_process();
-        match client {
-            Ok(c) => {
-                crate::jepsen::runner::run_op(
-                    &self.recorder,
-                    WorkloadKind::Register,
-                    &c,
-                    process,
-                    op,
-                    self.op_timeout,
-                )
-                .await;
-            }
-            Err(e) => {
-                self.recorder.record(Op::new(
-                    process,
-                    OpType::Invoke,
-                    &op.f,
-                    op.key.clone(),
-                    op.value.clone(),
-                ));
-                // The client was never built: nothing was sent, so the op certainly did not happen.
-                self.recorder.record(
-                    Op::new(process, OpType::Fail, &op.f, op.key.clone(), op.value.clone())
-                        .with_error(e.to_string()),
-                );
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -701,6 +482,87 @@ node = "all"
     }
 
     #[test]
+    fn parses_the_membership_election_isolation_and_snapshot_steps() {
+        let s = Scenario::parse(
+            r#"
+name = "x"
+description = "d"
+seed = 3
+time_limit = "5s"
+checks = ["counter"]
+[[steps]]
+do = "partition"
+shape = "isolate-follower"
+[[steps]]
+do = "kill-after-election"
+delay = "150ms"
+[[steps]]
+do = "remove"
+target = 2
+[[steps]]
+do = "add"
+[[steps]]
+do = "add"
+promote = false
+[[steps]]
+do = "disk"
+target = "follower"
+mode = "bitflip"
+file = "snapshot-header"
+[[steps]]
+do = "disk"
+mode = "truncate"
+"#,
+        )
+        .unwrap();
+        assert_eq!(
+            s.steps[0],
+            Step::Partition {
+                shape: PartitionShape::IsolateFollower
+            }
+        );
+        assert_eq!(
+            s.steps[1],
+            Step::KillAfterElection {
+                delay: "150ms".into(),
+                target: TargetSpec::Name("leader".into()),
+                timeout: "15s".into(),
+            }
+        );
+        assert_eq!(
+            s.steps[2],
+            Step::Remove {
+                target: TargetSpec::Id(2)
+            }
+        );
+        assert_eq!(s.steps[3], Step::Add { promote: true });
+        assert_eq!(s.steps[4], Step::Add { promote: false });
+        assert!(matches!(
+            s.steps[5],
+            Step::Disk {
+                file: DiskFile::SnapshotHeader,
+                mode: DiskMode::Bitflip,
+                ..
+            }
+        ));
+        assert!(matches!(
+            s.steps[6],
+            Step::Disk {
+                file: DiskFile::Log,
+                ..
+            }
+        ));
+        let base = "name='x'\ndescription='d'\nseed=1\ntime_limit='5s'\nchecks=[]\n[[steps]]\n";
+        assert!(Scenario::parse(&format!("{base}do='remove'\ntarget='all'\n")).is_err());
+        assert!(Scenario::parse(&format!("{base}do='kill-after-election'\ndelay='soon'\n")).is_err());
+        assert!(
+            Scenario::parse(&format!("{base}do='kill-after-election'\n")).is_err(),
+            "delay is required"
+        );
+        assert!(Scenario::parse(&format!("{base}do='disk'\nmode='bitflip'\nfile='superblock'\n")).is_err());
+    }
+
+    #[test]
     fn step_kinds_finds_node_modes_in_nested_steps() {
         let s = Scenario::parse(
             r#"
@@ -727,7 +589,7 @@ steps = [{ do = "clock", target = 1, offset_ms = -2500 }, { do = "lose-unsynced"
     fn every_shipped_scenario_parses() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
         let files = scenario_files(&dir).unwrap();
-        assert_eq!(files.len(), 12, "{files:?}");
+        assert_eq!(files.len(), 14, "{files:?}");
         let mut names = BTreeSet::new();
         for f in files {
             let s = Scenario::load(&f).unwrap_or_else(|e| panic!("{e}"));
