@@ -997,17 +997,40 @@ impl Client {
     }
 
     /// Adds a non-voting learner with the given id and addresses; it starts replicating at once.
+    /// An id that is already a member with other addresses is refused (see
+    /// [`Client::update_member`]).
     pub async fn add_learner(
         &self,
         id: u64,
         client_endpoint: &str,
         peer_endpoint: &str,
     ) -> Result<Membership> {
+        self.add_or_update(id, client_endpoint, peer_endpoint, false)
+            .await
+    }
+
+    /// Changes the addresses of an existing member.
+    pub async fn update_member(
+        &self,
+        id: u64,
+        client_endpoint: &str,
+        peer_endpoint: &str,
+    ) -> Result<Membership> {
+        self.add_or_update(id, client_endpoint, peer_endpoint, true).await
+    }
+
+    async fn add_or_update(
+        &self,
+        id: u64,
+        client_endpoint: &str,
+        peer_endpoint: &str,
+        update: bool,
+    ) -> Result<Membership> {
         let req = pb::AddLearnerRequest {
             id,
             client_endpoint: client_endpoint.to_string(),
             peer_endpoint: peer_endpoint.to_string(),
-            update: false,
+            update,
         };
         let inner = &self.inner;
         let resp = inner

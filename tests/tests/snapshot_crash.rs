@@ -117,9 +117,16 @@ async fn crash_at_every_install_step(lose_unsynced: bool) {
             .wait_caught_up(follower, commit)
             .await
             .unwrap_or_else(|e| {
+                let log = cluster.node_log(follower);
+                let since = log.rfind("===== ftkv-tests fixture: start").unwrap_or(0);
+                let notable: Vec<&str> = log[since..]
+                    .lines()
+                    .filter(|l| l.contains("panicked") || l.contains("ERROR") || l.contains("rror:"))
+                    .take(20)
+                    .collect();
                 panic!(
                     "follower {follower} did not come back after a crash at {point}: {e}\n{}",
-                    cluster.log_tail(follower, 40)
+                    notable.join("\n")
                 )
             });
         rounds.push(format!("{point}: caught up at {}", caught_up.applied_index));

@@ -193,7 +193,16 @@ pub enum MemberCommand {
         /// Its peer endpoint (host:port).
         peer_endpoint: String,
     },
-    /// Turn a learner into a voter.
+    /// Change the client and peer endpoints of an existing member (etcd's `member update`).
+    Update {
+        /// Node id.
+        id: u64,
+        /// Its new client endpoint (host:port).
+        client_endpoint: String,
+        /// Its new peer endpoint (host:port).
+        peer_endpoint: String,
+    },
+    /// Turn a learner into a voter (refused until it has caught up with the leader).
     Promote {
         /// Node id.
         id: u64,
@@ -544,6 +553,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 } => (
                     Some(format!("Member {id} added as a learner")),
                     client.add_learner(*id, client_endpoint, peer_endpoint).await?,
+                ),
+                MemberCommand::Update {
+                    id,
+                    client_endpoint,
+                    peer_endpoint,
+                } => (
+                    Some(format!("Member {id} updated")),
+                    client.update_member(*id, client_endpoint, peer_endpoint).await?,
                 ),
                 MemberCommand::Promote { id } => (
                     Some(format!("Member {id} promoted to voter")),

@@ -163,6 +163,11 @@ impl LogStore {
         Ok(store)
     }
 
+    /// Last log id held, or the purge point when the log holds nothing above it.
+    pub fn last_log_id(&self) -> Option<LogId> {
+        (*self.shared.last_log_id.lock()).max(*self.shared.last_purged.lock())
+    }
+
     /// The underlying log (for `sync` at shutdown and counters).
     pub fn log(&self) -> &Log {
         &self.shared.log

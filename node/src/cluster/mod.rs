@@ -289,6 +289,14 @@ impl ClusterNode {
             state_machine.durable(),
         )
         .map_err(|e| ClusterError::Storage(e.to_string()))?;
+        let applied = state_machine.applied_index();
+        if log_store.last_log_id().is_none_or(|l| l.index < applied) {
+            let sm = state_machine.clone();
+            tokio::task::spawn_blocking(move || sm.ensure_snapshot_covers(applied))
+                .await
+                .map_err(|e| ClusterError::Storage(format!("snapshot at start: {e}")))?
+                .map_err(|e| ClusterError::Storage(e.to_string()))?;
+        }
         let channels = network::Channels::default();
         let refusals = removal::Refusals::default();
         let factory = network::NetworkFactory {

@@ -155,6 +155,30 @@ impl StateMachine {
         Ok(sm)
     }
 
+    /// Makes sure the current snapshot covers log index `index` (building one from the engine
+    /// when it does not). At start, the engine may hold more than the log and the snapshot file
+    /// both: a crash after an install replaced the engine but before the received file became
+    /// `current.snap`. openraft then purges the log up to what the engine holds and requires a
+    /// snapshot at least that far.
+    pub fn ensure_snapshot_covers(&self, index: u64) -> Result<(), StorageError> {
+        let covered = self
+            .shared
+            .current
+            .lock()
+            .as_ref()
+            .and_then(|m| m.last_log_id)
+            .map_or(0, |l| l.index);
+        if covered >= index {
+            return Ok(());
+        }
+        tracing::warn!(
+            covered,
+            index,
+            "the engine holds more than the log and the snapshot file: rebuilding the snapshot"
+        );
+        build_snapshot_blocking(&self.shared, self.next_seq()).map(|_| ())
+    }
+
     /// The snapshot directory.
     pub fn snapshots(&self) -> &SnapshotDir {
         &self.shared.snapshots
