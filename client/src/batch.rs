@@ -10,9 +10,11 @@
 //! errors are unchanged: an item's error comes back as the same `tonic::Status` (code, message,
 //! `ErrorInfo` details) the unary call would have returned.
 //!
-//! Failure: when the stream breaks, every pending caller gets `UNAVAILABLE` without details
-//! (the request may have been applied: writes are retried with their session) and the next
-//! call opens a new stream. A node without `Kv.Batch` (`UNIMPLEMENTED`) marks the connection
+//! Failure: when the stream breaks or ends (with any status, OK included), every item handed
+//! to it and not yet answered gets `UNAVAILABLE` without details (the request may have been
+//! applied: writes are retried with their session, and end ambiguous if the retries run out);
+//! every item still queued gets an `UNAVAILABLE` marked never sent (not applied, retried). No
+//! caller is left without an answer, and the next call opens a new stream. A node without `Kv.Batch` (`UNIMPLEMENTED`) marks the connection
 //! unsupported and callers fall back to unary RPCs.
 
 use std::collections::HashMap;
@@ -26,6 +28,8 @@ use pb::batch_response_item::Response as ItemResponse;
 use tokio::sync::{mpsc, oneshot};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
+
+use crate::error::not_sent;
 
 /// Most items the client packs into one `BatchRequest` (the node accepts up to 10,000).
 pub const MAX_ITEMS_PER_BATCH: usize = 1_024;
@@ -86,7 +90,7 @@ impl BatchConn {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Queued { request, reply })
-            .map_err(|_| Status::unavailable("batch stream closed before the request was sent"))?;
+            .map_err(|_| not_sent("batch stream closed before the request was sent"))?;
         rx.await
             .map_err(|_| Status::unavailable("batch stream closed before the answer arrived"))?
     }
@@ -132,7 +136,9 @@ fn collect(
     pb::BatchRequest { items }
 }
 
-/// Fails every pending and queued caller with `status` and marks the connection closed.
+/// Fails every caller of a stream that ended and marks the connection closed: each pending
+/// item (handed to the stream, so maybe applied) with `status`, each item still queued (never
+/// sent) with a [`not_sent`] status, so that the retry loop knows it was not applied.
 fn fail_all(
     state: &ConnState,
     pending: &mut HashMap<u64, Reply>,
@@ -145,7 +151,10 @@ fn fail_all(
         let _ = reply.send(Err(status.clone()));
     }
     while let Ok(q) = rx.try_recv() {
-        let _ = q.reply.send(Err(status.clone()));
+        let _ = q.reply.send(Err(not_sent(format!(
+            "{} (the request was still queued: never sent)",
+            status.message()
+        ))));
     }
 }
 
@@ -238,6 +247,39 @@ mod tests {
             item_result(Some(ItemResponse::Put(pb::PutResponse { header: None }))),
             Ok(ItemResponse::Put(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_failed_stream_answers_every_item_sent_as_maybe_applied_and_unsent_as_not_sent() {
+        let state = ConnState::default();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut pending = HashMap::new();
+        let (sent_reply, sent) = oneshot::channel();
+        pending.insert(0, sent_reply);
+        let (queued_reply, queued) = oneshot::channel();
+        tx.send(Queued {
+            request: ItemRequest::Get(pb::GetRequest {
+                key: vec![1],
+                consistency: 0,
+            }),
+            reply: queued_reply,
+        })
+        .unwrap();
+        fail_all(
+            &state,
+            &mut pending,
+            &mut rx,
+            &Status::unavailable("batch stream failed: reset"),
+        );
+        assert!(state.closed.load(Ordering::Acquire));
+        let sent = crate::error::classify_status(&sent.await.unwrap().unwrap_err());
+        assert!(!sent.not_applied && sent.retry, "an item on the wire: {sent:?}");
+        let queued = crate::error::classify_status(&queued.await.unwrap().unwrap_err());
+        assert!(
+            queued.not_applied && queued.retry,
+            "an item never sent is not applied: {queued:?}"
+        );
+        assert!(tx.is_closed(), "later callers are refused, not queued forever");
     }
 
     #[tokio::test]

@@ -3,8 +3,12 @@
 //! Every error status an ftkv node sends carries an encoded [`ftkv_proto::v1::ErrorInfo`] in
 //! `Status::details()`; [`classify_status`] decodes it, so a redirect (`NOT_LEADER`), a refused
 //! request and a write of unknown outcome (`AMBIGUOUS`) stay apart. Statuses without an
-//! `ErrorInfo` come from the transport (connection refused or lost, HTTP/2 reset) and are
-//! classified by code and by whether the connection was ever made.
+//! `ErrorInfo` come from the transport or a codec (connection refused or lost, HTTP/2 reset, a
+//! message over the size limit) and are classified by code. Only the server's own refusal
+//! (`ErrorInfo` kind `LIMIT`, `INVALID`, `NOT_LEADER`, `UNAVAILABLE`) or a request the client
+//! knows it never sent (connection never made, [`not_sent`]) means "not applied": a bare
+//! `OUT_OF_RANGE` or `RESOURCE_EXHAUSTED` may come after the write committed (its response was
+//! too large), so a write ending with one is [`Error::Ambiguous`].
 //!
 //! Design source: openraft's split of API errors (`ForwardToLeader` with the leader's address),
 //! and Jepsen's ok / fail / info outcomes: an unknown write is reported as
@@ -172,11 +176,26 @@ pub(crate) fn error_info(status: &tonic::Status) -> Option<ErrorInfo> {
     ErrorInfo::decode(status.details()).ok()
 }
 
-/// Whether the transport never connected for this status (so the request was never sent).
-fn is_connect_error(status: &tonic::Status) -> bool {
+/// The cause the client attaches to a status of a request it never handed to the transport
+/// (see [`not_sent`]).
+#[derive(Debug, thiserror::Error)]
+#[error("the request was never sent")]
+pub(crate) struct NotSent;
+
+/// An `UNAVAILABLE` status for a request this client never sent (e.g. still queued for a
+/// `Kv.Batch` stream that broke): classified as not applied, and retried.
+pub(crate) fn not_sent(message: impl Into<String>) -> tonic::Status {
+    let mut status = tonic::Status::unavailable(message);
+    status.set_source(std::sync::Arc::new(NotSent));
+    status
+}
+
+/// Whether the request of this status certainly never left the client: the transport never
+/// connected, or the client marked it [`not_sent`].
+fn is_never_sent(status: &tonic::Status) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
     while let Some(err) = source {
-        if err.downcast_ref::<tonic::ConnectError>().is_some() {
+        if err.downcast_ref::<tonic::ConnectError>().is_some() || err.downcast_ref::<NotSent>().is_some() {
             return true;
         }
         source = err.source();
@@ -271,11 +290,13 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
                 }
             }
             Kind::StorageFault => {
+                // The node may have sent the entry to its followers before its own write
+                // failed: a write in flight can still commit through them.
                 return Failure {
                     error: Error::StorageFault { message: text },
-                    not_applied: true,
+                    not_applied: false,
                     retry: false,
-                }
+                };
             }
             Kind::Unspecified => {}
         }
@@ -299,6 +320,8 @@ fn transport_message(status: &tonic::Status) -> String {
     parts.join(": ")
 }
 
+/// A status without the server's `ErrorInfo`: nothing says the server refused it before
+/// applying, so it is "maybe applied" unless the request never left this client.
 fn classify_by_code(status: &tonic::Status, message: String) -> Failure {
     use tonic::Code;
     let message = if status.details().is_empty() {
@@ -307,17 +330,12 @@ fn classify_by_code(status: &tonic::Status, message: String) -> Failure {
         message
     };
     match status.code() {
-        Code::InvalidArgument | Code::OutOfRange => Failure {
-            error: Error::InvalidArgument { message, limit: None },
-            not_applied: true,
-            retry: false,
-        },
-        Code::Unavailable if is_connect_error(status) => Failure {
+        Code::Unavailable if is_never_sent(status) => Failure {
             error: Error::Unavailable { message },
             not_applied: true,
             retry: true,
         },
-        // No ErrorInfo: the transport broke somewhere after the request may have left.
+        // The transport broke somewhere after the request may have left.
         Code::Unavailable | Code::Unknown | Code::Cancelled => Failure {
             error: Error::Transport { message },
             not_applied: false,
@@ -328,11 +346,10 @@ fn classify_by_code(status: &tonic::Status, message: String) -> Failure {
             not_applied: false,
             retry: true,
         },
-        code @ (Code::Internal | Code::Aborted | Code::DataLoss) => Failure {
-            error: Error::Server {
-                code: format!("{code:?}"),
-                message,
-            },
+        // E.g. a codec's "message length too large", which may be the answer of a committed
+        // write: final (the same request fails again), but not "not applied".
+        Code::InvalidArgument | Code::OutOfRange => Failure {
+            error: Error::InvalidArgument { message, limit: None },
             not_applied: false,
             retry: false,
         },
@@ -341,7 +358,7 @@ fn classify_by_code(status: &tonic::Status, message: String) -> Failure {
                 code: format!("{code:?}"),
                 message,
             },
-            not_applied: true,
+            not_applied: false,
             retry: false,
         },
     }
@@ -475,9 +492,54 @@ mod tests {
         );
         let f = classify_status(&tonic::Status::unimplemented("nope"));
         assert!(matches!(f.error, Error::Server { ref code, .. } if code == "Unimplemented"));
-        assert!(f.not_applied && !f.retry);
+        assert!(!f.not_applied && !f.retry);
         let f = classify_status(&tonic::Status::internal("boom"));
         assert!(!f.not_applied && !f.retry);
+    }
+
+    #[test]
+    fn statuses_without_the_servers_error_info_never_mean_not_applied() {
+        // Transport and codec statuses (e.g. a response over the message limit: OUT_OF_RANGE or
+        // RESOURCE_EXHAUSTED) can come after the server committed the write.
+        for code in [
+            tonic::Code::OutOfRange,
+            tonic::Code::InvalidArgument,
+            tonic::Code::ResourceExhausted,
+            tonic::Code::FailedPrecondition,
+            tonic::Code::Unimplemented,
+            tonic::Code::PermissionDenied,
+            tonic::Code::NotFound,
+            tonic::Code::Internal,
+        ] {
+            let f = classify_status(&tonic::Status::new(
+                code,
+                "Error, encoded message length too large",
+            ));
+            assert!(!f.not_applied, "{code:?} without ErrorInfo: {f:?}");
+            let garbage = tonic::Status::with_details(code, "x", vec![0xff, 0xff, 0xff].into());
+            assert!(
+                !classify_status(&garbage).not_applied,
+                "{code:?} with garbage details"
+            );
+            let unspecified = status_with(code, info(Kind::Unspecified));
+            assert!(
+                !classify_status(&unspecified).not_applied,
+                "{code:?} with KIND_UNSPECIFIED"
+            );
+        }
+        // The server's own refusals still mean not applied.
+        for kind in [Kind::Limit, Kind::Invalid, Kind::NotLeader, Kind::Unavailable] {
+            let f = classify_status(&status_with(tonic::Code::InvalidArgument, info(kind)));
+            assert!(f.not_applied, "{kind:?}: {f:?}");
+        }
+    }
+
+    #[test]
+    fn a_storage_fault_leaves_a_write_maybe_applied() {
+        // The node may have failed its own fsync after sending the entry to its followers.
+        let f = classify_status(&status_with(tonic::Code::Internal, info(Kind::StorageFault)));
+        assert!(matches!(f.error, Error::StorageFault { .. }) && !f.retry);
+        assert!(!f.not_applied, "{f:?}");
     }
 
     #[test]

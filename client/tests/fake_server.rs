@@ -364,3 +364,30 @@ async fn calls_go_through_the_batch_stream_and_fall_back_to_unary_on_old_nodes()
         "unsupported is remembered, not retried per call"
     );
 }
+
+#[tokio::test]
+async fn a_committed_write_answered_out_of_range_without_error_info_is_ambiguous() {
+    // What a response over the message limit looks like: the write committed, then the codec
+    // answered OUT_OF_RANGE with no ErrorInfo. Unary and through the batch stream.
+    for batch_requests in [false, true] {
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let mut leader = FakeNode::leader(&shared);
+        leader.fail_after_apply_code = tonic::Code::OutOfRange;
+        leader.fail_after_apply.store(1, Ordering::SeqCst);
+        let ep = serve(leader.clone()).await;
+        let client = Client::builder()
+            .endpoints([&ep])
+            .retry(quick_policy(5))
+            .batch_requests(batch_requests)
+            .build()
+            .await
+            .unwrap();
+        let err = client.put("k", "v").await.unwrap_err();
+        assert!(err.is_ambiguous(), "batch {batch_requests}: {err:?}");
+        assert_eq!(
+            shared.lock().unwrap().kv.get(&b"k"[..]),
+            Some(&b"v".to_vec()),
+            "the write did commit"
+        );
+    }
+}

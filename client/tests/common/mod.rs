@@ -34,6 +34,9 @@ pub struct FakeNode {
     pub requests: Arc<AtomicU32>,
     /// Apply the write, then answer a bare UNAVAILABLE (as a lost connection would) this many times.
     pub fail_after_apply: Arc<AtomicU32>,
+    /// Code of those answers, without ErrorInfo (default UNAVAILABLE; OUT_OF_RANGE is what a
+    /// codec says of a response over the message limit).
+    pub fail_after_apply_code: tonic::Code,
     /// Refuse writes over this many key bytes with a LIMIT error.
     pub max_key_bytes: usize,
     pub members: Arc<Mutex<Vec<pb::Member>>>,
@@ -51,6 +54,7 @@ impl FakeNode {
             shared: Arc::clone(shared),
             requests: Arc::default(),
             fail_after_apply: Arc::default(),
+            fail_after_apply_code: tonic::Code::Unavailable,
             max_key_bytes: 24,
             members: Arc::default(),
             batch_requests: Arc::default(),
@@ -116,7 +120,11 @@ impl FakeNode {
             .fail_after_apply
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
         if inject.is_ok() {
-            return Err(Status::unavailable("connection reset by peer"));
+            let message = match self.fail_after_apply_code {
+                tonic::Code::Unavailable => "connection reset by peer",
+                _ => "Error, encoded message length too large",
+            };
+            return Err(Status::new(self.fail_after_apply_code, message));
         }
         Ok(())
     }
