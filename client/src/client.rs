@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ftkv_proto::v1 as pb;
 use ftkv_proto::v1::cluster_client::ClusterClient;
@@ -17,8 +17,12 @@ use ftkv_proto::v1::kv_client::KvClient;
 use parking_lot::Mutex;
 use tonic::transport::Channel;
 
+mod call;
+
+use call::{CallKind, Target};
+
 use crate::batch::BatchConn;
-use crate::error::{classify_status, Error, Result};
+use crate::error::{Error, Result};
 use crate::retry::RetryPolicy;
 use crate::session::{SessionTracker, WriteSession, DEFAULT_SESSION_WINDOW};
 use crate::types::{
@@ -292,26 +296,6 @@ impl KvConn {
     }
 }
 
-/// What a call is, for the retry loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CallKind {
-    /// Reads: no side effect, always safe to retry.
-    Read,
-    /// Session-carrying writes: retried with the same session; unknown outcome = ambiguous.
-    Write,
-    /// Membership changes: retried, unknown outcome = ambiguous.
-    Admin,
-}
-
-/// Where a call goes.
-#[derive(Debug, Clone)]
-enum Target {
-    /// The leader, found through the preferred endpoint, rotation and redirects.
-    Leader,
-    /// Exactly this endpoint, no redirect.
-    Fixed(String),
-}
-
 impl Inner {
     /// A channel to `endpoint` (round-robin over its connections), created on first use.
     fn channel(&self, endpoint: &str) -> Result<Channel> {
@@ -392,217 +376,6 @@ impl Inner {
     fn endpoints(&self) -> Vec<String> {
         self.pool.lock().endpoints.clone()
     }
-
-    /// The preferred endpoint, else the next one in rotation.
-    fn pick_endpoint(&self) -> Option<String> {
-        if let Some(ep) = self.preferred.lock().clone() {
-            return Some(ep);
-        }
-        let pool = self.pool.lock();
-        if pool.endpoints.is_empty() {
-            return None;
-        }
-        let i = self.rotation.load(Ordering::Relaxed) % pool.endpoints.len();
-        pool.endpoints.get(i).cloned()
-    }
-
-    /// After a failure at `endpoint`: stop preferring it and move the rotation past it.
-    fn demote(&self, endpoint: &str) {
-        {
-            let mut preferred = self.preferred.lock();
-            if preferred.as_deref() == Some(endpoint) {
-                *preferred = None;
-            }
-        }
-        let pool = self.pool.lock();
-        if let Some(i) = pool.endpoints.iter().position(|e| e == endpoint) {
-            self.rotation.store(i + 1, Ordering::Relaxed);
-        }
-    }
-
-    fn prefer(&self, endpoint: &str) {
-        *self.preferred.lock() = Some(endpoint.to_string());
-    }
-
-    /// Runs one call under the retry policy. `attempt` sends one request on a channel.
-    async fn call<T, F, Fut>(&self, kind: CallKind, target: Target, mut attempt: F) -> Result<T>
-    where
-        F: FnMut(Conn) -> Fut,
-        Fut: Future<Output = std::result::Result<T, tonic::Status>>,
-    {
-        let policy = match target {
-            Target::Leader => self.config.retry,
-            Target::Fixed(_) => RetryPolicy {
-                max_attempts: 1,
-                deadline: self.config.retry.deadline.min(self.config.request_timeout),
-                ..self.config.retry
-            },
-        };
-        let start = Instant::now();
-        let deadline = start + policy.deadline;
-        // True once any attempt may have reached the state machine.
-        let mut maybe_applied = false;
-        let mut last_error: Option<Error> = None;
-        let mut redirect: Option<String> = None;
-        // Endpoints whose connection failed during this call: their redirect hints are stale.
-        let mut unreachable: Vec<String> = Vec::new();
-        // Endpoints that answered NOT_LEADER during this call.
-        let mut refused_as_follower: Vec<String> = Vec::new();
-        let mut retries = 0u32;
-
-        for _ in 0..policy.attempts() {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            let endpoint = match (&target, redirect.take()) {
-                (Target::Fixed(ep), _) => ep.clone(),
-                (Target::Leader, Some(ep)) => ep,
-                (Target::Leader, None) => self.pick_endpoint().ok_or(Error::NoEndpoints)?,
-            };
-            let channel = match self.channel(&endpoint) {
-                Ok(ch) => ch,
-                Err(e) => {
-                    // Only a redirect hint can be malformed here; the initial list was checked.
-                    self.demote(&endpoint);
-                    last_error = Some(e);
-                    continue;
-                }
-            };
-            let budget = self
-                .config
-                .request_timeout
-                .min(deadline.saturating_duration_since(now));
-            let conn = Conn {
-                endpoint: endpoint.clone(),
-                channel,
-            };
-            let result = tokio::time::timeout(budget, attempt(conn)).await;
-            let error = match result {
-                Ok(Ok(value)) => {
-                    if kind == CallKind::Write && self.take_injected_drop() {
-                        tracing::debug!(%endpoint, "test fault: dropping a write response");
-                        maybe_applied = true;
-                        Error::Timeout {
-                            elapsed_ms: millis(start.elapsed()),
-                        }
-                    } else {
-                        if matches!(target, Target::Leader) {
-                            self.prefer(&endpoint);
-                        }
-                        return Ok(value);
-                    }
-                }
-                Ok(Err(status)) => {
-                    let mut failure = classify_status(&status);
-                    failure.error = name_endpoint(failure.error, &endpoint);
-                    tracing::debug!(%endpoint, code = ?status.code(), error = %failure.error, "attempt failed");
-                    if !failure.not_applied {
-                        maybe_applied = true;
-                    }
-                    if !failure.retry {
-                        return Err(finish_error(kind, failure.error, maybe_applied));
-                    }
-                    if matches!(failure.error, Error::NotLeader { .. }) {
-                        refused_as_follower.push(endpoint.clone());
-                    }
-                    if matches!(target, Target::Leader) {
-                        if let Some(hint) = redirect_hint(&failure.error, &endpoint, &unreachable) {
-                            self.prefer(&hint);
-                            let seen = refused_as_follower.contains(&hint);
-                            redirect = Some(hint);
-                            if !seen {
-                                last_error = Some(failure.error);
-                                continue; // follow a fresh redirect at once
-                            }
-                            // Nodes pointing at each other (views changing in an election):
-                            // follow the hint, but after a backoff.
-                        }
-                    }
-                    if matches!(failure.error, Error::Unavailable { .. } | Error::Transport { .. }) {
-                        unreachable.push(endpoint.clone());
-                    }
-                    failure.error
-                }
-                Err(_elapsed) => {
-                    if kind != CallKind::Read {
-                        maybe_applied = true;
-                    }
-                    Error::Timeout {
-                        elapsed_ms: millis(start.elapsed()),
-                    }
-                }
-            };
-            self.demote(&endpoint);
-            last_error = Some(error);
-            retries += 1;
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            let pause = policy.backoff(retries, &mut rand::thread_rng()).min(remaining);
-            if !pause.is_zero() {
-                tokio::time::sleep(pause).await;
-            }
-        }
-        let error = match last_error {
-            Some(Error::Timeout { .. }) | None => Error::Timeout {
-                elapsed_ms: millis(start.elapsed()),
-            },
-            Some(e) => e,
-        };
-        Err(finish_error(kind, error, maybe_applied))
-    }
-
-    fn take_injected_drop(&self) -> bool {
-        self.drop_write_responses
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-            .is_ok()
-    }
-}
-
-/// Puts the endpoint in front of transport-level messages, so "connection refused" says where.
-fn name_endpoint(error: Error, endpoint: &str) -> Error {
-    match error {
-        Error::Unavailable { message } => Error::Unavailable {
-            message: format!("{endpoint}: {message}"),
-        },
-        Error::Transport { message } => Error::Transport {
-            message: format!("{endpoint}: {message}"),
-        },
-        other => other,
-    }
-}
-
-/// The leader endpoint a `NOT_LEADER` error points to, unless it is the endpoint just asked
-/// or one that already failed to connect during this call (a stale hint).
-fn redirect_hint(error: &Error, asked: &str, unreachable: &[String]) -> Option<String> {
-    let Error::NotLeader {
-        leader_endpoint: Some(hint),
-        ..
-    } = error
-    else {
-        return None;
-    };
-    let hint = normalize_endpoint(hint).ok()?;
-    (hint != asked && !unreachable.contains(&hint)).then_some(hint)
-}
-
-/// The error a call ends with: a write that may have been applied is ambiguous, whatever the
-/// last attempt said, unless the last answer was itself definite about the outcome.
-fn finish_error(kind: CallKind, error: Error, maybe_applied: bool) -> Error {
-    if kind == CallKind::Read || !maybe_applied {
-        return error;
-    }
-    match error {
-        // A refusal after an attempt that may have applied the write (e.g. "sequence below the
-        // window": the node forgot the result) does not say the write did not happen.
-        e @ (Error::Ambiguous { .. } | Error::NotOnAllReplicas { .. }) => e,
-        other => Error::Ambiguous {
-            message: other.to_string(),
-        },
-    }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Async client of an ftkv cluster. Cheap to clone: clones share channels, the known leader
@@ -1077,44 +850,6 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn redirect_hints_skip_self_and_unreachable_endpoints() {
-        let nl = |ep: Option<&str>| Error::NotLeader {
-            leader_id: 2,
-            leader_endpoint: ep.map(String::from),
-        };
-        assert_eq!(
-            redirect_hint(&nl(Some("http://b:2")), "a:1", &[]),
-            Some("b:2".to_string())
-        );
-        assert_eq!(redirect_hint(&nl(Some("a:1")), "a:1", &[]), None);
-        assert_eq!(redirect_hint(&nl(Some("b:2")), "a:1", &["b:2".to_string()]), None);
-        assert_eq!(redirect_hint(&nl(None), "a:1", &[]), None);
-        assert_eq!(redirect_hint(&nl(Some("garbage")), "a:1", &[]), None);
-        assert_eq!(redirect_hint(&Error::NoEndpoints, "a:1", &[]), None);
-    }
-
-    #[test]
-    fn final_error_of_a_maybe_applied_write_is_ambiguous() {
-        let t = Error::Transport {
-            message: "reset".into(),
-        };
-        assert!(finish_error(CallKind::Write, t.clone(), true).is_ambiguous());
-        assert_eq!(finish_error(CallKind::Write, t.clone(), false), t);
-        assert_eq!(finish_error(CallKind::Read, t.clone(), true), t);
-        let nl = Error::NotLeader {
-            leader_id: 0,
-            leader_endpoint: None,
-        };
-        assert!(finish_error(CallKind::Admin, nl, true).is_ambiguous());
-        let inv = Error::InvalidArgument {
-            message: "x".into(),
-            limit: None,
-        };
-        assert_eq!(finish_error(CallKind::Write, inv.clone(), false), inv);
-        assert!(finish_error(CallKind::Write, inv, true).is_ambiguous());
-    }
-
     #[tokio::test]
     async fn build_rejects_empty_and_bad_endpoints() {
         assert_eq!(Client::builder().build().await.unwrap_err(), Error::NoEndpoints);
@@ -1143,7 +878,7 @@ mod tests {
             .build()
             .await
             .unwrap();
-        let t0 = Instant::now();
+        let t0 = std::time::Instant::now();
         let e = c.put("k", "v").await.unwrap_err();
         assert!(t0.elapsed() < Duration::from_secs(3), "took {:?}", t0.elapsed());
         assert!(
