@@ -172,7 +172,7 @@ impl ClientBuilder {
             preferred: Mutex::new(None),
             rotation: AtomicUsize::new(0),
             next_connection: AtomicUsize::new(0),
-            sessions: SessionTracker::new(session_window),
+            sessions: Mutex::new(SessionTracker::new(session_window)),
             drop_write_responses: AtomicU32::new(self.debug_drop_write_responses),
         };
         // Create every channel now so that a bad endpoint fails here, not on first use.
@@ -235,7 +235,9 @@ struct Inner {
     rotation: AtomicUsize,
     /// Round-robin position over an endpoint's connections.
     next_connection: AtomicUsize,
-    sessions: Arc<SessionTracker>,
+    /// Where new writes get their session. Replaced by one with a fresh client id after a
+    /// `StaleSequence` answer ([`Inner::retire_client_id`]); writes already begun keep theirs.
+    sessions: Mutex<Arc<SessionTracker>>,
     drop_write_responses: AtomicU32,
 }
 
@@ -334,6 +336,38 @@ impl Inner {
         Ok(ch)
     }
 
+    /// Begins a write on the current session tracker (waits while its window is full).
+    async fn begin_write(&self) -> WriteSession {
+        let tracker = Arc::clone(&self.sessions.lock());
+        tracker.begin().await
+    }
+
+    /// After a `StaleSequence` answer to a write of `client_id`: the node's window for that id
+    /// is above a sequence this client still used, so the node and this client disagree on the
+    /// id's history (its results were dropped, or another instance uses the same id). New writes
+    /// move to a fresh random id, which the node has never seen, so nothing of theirs can be
+    /// stale or taken for a duplicate. Safe for exactly-once: writes already begun keep their
+    /// old id and sequence (their [`WriteSession`] holds the old tracker), so a retry of one is
+    /// still recognized; the stale write itself is reported ambiguous and never re-sent.
+    /// Returns false when the id was already retired (concurrent stale answers rotate once).
+    fn retire_client_id(&self, client_id: u64) -> bool {
+        let mut current = self.sessions.lock();
+        if current.client_id() != client_id {
+            return false;
+        }
+        let mut fresh = SessionTracker::new(self.config.session_window);
+        while fresh.client_id() == client_id {
+            fresh = SessionTracker::new(self.config.session_window);
+        }
+        tracing::warn!(
+            old_client_id = client_id,
+            new_client_id = fresh.client_id(),
+            "stale session sequence: new writes use a fresh client id"
+        );
+        *current = fresh;
+        true
+    }
+
     fn kv_client(&self, ch: Channel) -> KvClient<Channel> {
         KvClient::new(ch)
             .max_decoding_message_size(self.config.max_message_bytes)
@@ -417,9 +451,12 @@ impl Client {
         self.inner.preferred.lock().clone()
     }
 
-    /// This client instance's random, non-zero session id.
+    /// The random, non-zero client id new writes carry. It changes when a node answers a
+    /// write `StaleSequence` (the node forgot results this id still needed, or another
+    /// instance uses the id): that write ends [`Error::Ambiguous`], later writes use a fresh
+    /// id, and writes already begun keep the old one.
     pub fn client_id(&self) -> u64 {
-        self.inner.sessions.client_id()
+        self.inner.sessions.lock().client_id()
     }
 
     // ----- reads -----
@@ -565,16 +602,20 @@ impl Client {
     {
         let inner = &self.inner;
         inner
-            .call(CallKind::Write, Target::Leader, |ch| {
-                attempt(inner.kv(ch), session.to_proto())
-            })
+            .call(
+                CallKind::Write {
+                    client_id: session.client_id(),
+                },
+                Target::Leader,
+                |ch| attempt(inner.kv(ch), session.to_proto()),
+            )
             .await
     }
 
     /// Blind write of one key. Errors: [`Error::InvalidArgument`] (empty key, over
     /// `max_key_bytes` / `max_value_bytes`), [`Error::Ambiguous`], retry exhaustion.
     pub async fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<ResponseInfo> {
-        let session = self.inner.sessions.begin().await;
+        let session = self.inner.begin_write().await;
         let (key, value) = (key.as_ref().to_vec(), value.as_ref().to_vec());
         let resp = self
             .write_call(&session, |mut kv, s| {
@@ -591,7 +632,7 @@ impl Client {
 
     /// Blind delete of one key (no error when absent).
     pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<ResponseInfo> {
-        let session = self.inner.sessions.begin().await;
+        let session = self.inner.begin_write().await;
         let key = key.as_ref().to_vec();
         let resp = self
             .write_call(&session, |mut kv, s| {
@@ -607,7 +648,7 @@ impl Client {
 
     /// Atomic batch (at most `max_batch_ops` ops and `max_batch_bytes` on the node).
     pub async fn write(&self, ops: Vec<Op>) -> Result<ResponseInfo> {
-        let session = self.inner.sessions.begin().await;
+        let session = self.inner.begin_write().await;
         let ops: Vec<pb::WriteOp> = ops.iter().map(Op::to_proto).collect();
         let resp = self
             .write_call(&session, |mut kv, s| {
@@ -638,7 +679,7 @@ impl Client {
 
     /// Read-free update of one key (TokuDB upsert). Applied exactly once even when retried.
     pub async fn upsert(&self, key: impl AsRef<[u8]>, op: UpsertOp) -> Result<ResponseInfo> {
-        let session = self.inner.sessions.begin().await;
+        let session = self.inner.begin_write().await;
         self.upsert_with_session(&session, key, op).await
     }
 
@@ -646,7 +687,7 @@ impl Client {
     /// outstanding until dropped. With [`Client::upsert_with_session`] a test can send the
     /// same write twice, as a retry after a lost response would.
     pub async fn new_write_session(&self) -> WriteSession {
-        self.inner.sessions.begin().await
+        self.inner.begin_write().await
     }
 
     /// [`Client::upsert`] with a caller-held session: sending it twice with the same session
@@ -674,7 +715,7 @@ impl Client {
 
     /// etcd-style transaction: if every compare holds run `success`, else `failure`, atomically.
     pub async fn txn(&self, txn: Txn) -> Result<TxnResult> {
-        let session = self.inner.sessions.begin().await;
+        let session = self.inner.begin_write().await;
         let compare: Vec<pb::Compare> = txn.compares.iter().map(|c| c.to_proto()).collect();
         let success: Vec<pb::TxnOp> = txn.success.iter().map(|o| o.to_proto()).collect();
         let failure: Vec<pb::TxnOp> = txn.failure.iter().map(|o| o.to_proto()).collect();
@@ -848,6 +889,23 @@ mod tests {
             normalize_endpoint("h:1/x"),
             Err(Error::InvalidEndpoint { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn a_client_id_is_retired_once_and_sessions_begun_keep_theirs() {
+        let c = Client::builder().endpoints(["a:1"]).build().await.unwrap();
+        let old_id = c.client_id();
+        let held = c.new_write_session().await;
+        assert!(c.inner.retire_client_id(old_id));
+        let new_id = c.client_id();
+        assert_ne!(new_id, old_id);
+        // A second stale answer for the old id (a concurrent write) does not rotate again.
+        assert!(!c.inner.retire_client_id(old_id));
+        assert_eq!(c.client_id(), new_id);
+        assert_eq!(held.client_id(), old_id, "a write begun keeps its id");
+        assert_eq!(held.to_proto().client_id, old_id);
+        let next = c.new_write_session().await;
+        assert_eq!((next.client_id(), next.sequence()), (new_id, 1));
     }
 
     #[tokio::test]

@@ -166,6 +166,19 @@ pub(crate) struct Failure {
     pub not_applied: bool,
     /// Try the same request again (possibly elsewhere) while the budget lasts.
     pub retry: bool,
+    /// The node answered `StaleSequence`: the write's sequence is below the node's window for
+    /// this client id, so its outcome was forgotten (ambiguous, and so would every retry be).
+    pub stale_session: bool,
+}
+
+/// What a node says of a write whose sequence is below its window for the client
+/// (`CommandResult::StaleSequence`, sent as `KIND_AMBIGUOUS`; node/src/server/kv.rs). `ErrorInfo`
+/// has no field for it, so the message is the signal; an answer that does not match stays a
+/// plain ambiguous one (retried with the same session, as before).
+pub(crate) const STALE_SEQUENCE_MESSAGE: &str = "session sequence is below the server's window";
+
+fn is_stale_sequence(message: &str) -> bool {
+    message.contains(STALE_SEQUENCE_MESSAGE)
 }
 
 /// Decodes the `ErrorInfo` of a status, if it carries one.
@@ -237,6 +250,7 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
                     },
                     not_applied: true,
                     retry: true,
+                    stale_session: false,
                 }
             }
             Kind::Limit => {
@@ -247,6 +261,7 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
                     },
                     not_applied: true,
                     retry: false,
+                    stale_session: false,
                 }
             }
             Kind::Invalid => {
@@ -257,15 +272,19 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
                     },
                     not_applied: true,
                     retry: false,
+                    stale_session: false,
                 }
             }
             Kind::Ambiguous => {
                 // Retrying with the same session is safe: the node answers a duplicate with
-                // the remembered result instead of applying it again.
+                // the remembered result instead of applying it again. A stale sequence stays
+                // stale (the window only moves up): final.
+                let stale = is_stale_sequence(&text);
                 return Failure {
                     error: Error::Ambiguous { message: text },
                     not_applied: false,
-                    retry: true,
+                    retry: !stale,
+                    stale_session: stale,
                 };
             }
             Kind::NotOnAllReplicas => {
@@ -280,6 +299,7 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
                     },
                     not_applied: false,
                     retry: false,
+                    stale_session: false,
                 }
             }
             Kind::Unavailable => {
@@ -287,6 +307,7 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
                     error: Error::Unavailable { message: text },
                     not_applied: true,
                     retry: true,
+                    stale_session: false,
                 }
             }
             Kind::StorageFault => {
@@ -296,6 +317,7 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
                     error: Error::StorageFault { message: text },
                     not_applied: false,
                     retry: false,
+                    stale_session: false,
                 };
             }
             Kind::Unspecified => {}
@@ -334,17 +356,20 @@ fn classify_by_code(status: &tonic::Status, message: String) -> Failure {
             error: Error::Unavailable { message },
             not_applied: true,
             retry: true,
+            stale_session: false,
         },
         // The transport broke somewhere after the request may have left.
         Code::Unavailable | Code::Unknown | Code::Cancelled => Failure {
             error: Error::Transport { message },
             not_applied: false,
             retry: true,
+            stale_session: false,
         },
         Code::DeadlineExceeded => Failure {
             error: Error::Timeout { elapsed_ms: 0 },
             not_applied: false,
             retry: true,
+            stale_session: false,
         },
         // E.g. a codec's "message length too large", which may be the answer of a committed
         // write: final (the same request fails again), but not "not applied".
@@ -352,6 +377,7 @@ fn classify_by_code(status: &tonic::Status, message: String) -> Failure {
             error: Error::InvalidArgument { message, limit: None },
             not_applied: false,
             retry: false,
+            stale_session: false,
         },
         code => Failure {
             error: Error::Server {
@@ -360,6 +386,7 @@ fn classify_by_code(status: &tonic::Status, message: String) -> Failure {
             },
             not_applied: false,
             retry: false,
+            stale_session: false,
         },
     }
 }
@@ -444,6 +471,22 @@ mod tests {
         assert!(f.retry && !f.not_applied);
         assert!(f.error.is_ambiguous());
         assert!(!f.error.is_retryable());
+    }
+
+    #[test]
+    fn a_stale_sequence_is_final_and_flags_the_session() {
+        let st = status_with(
+            tonic::Code::Unknown,
+            ErrorInfo {
+                message: format!("{STALE_SEQUENCE_MESSAGE} for this client: its outcome was forgotten"),
+                ..info(Kind::Ambiguous)
+            },
+        );
+        let f = classify_status(&st);
+        assert!(f.error.is_ambiguous() && !f.not_applied, "{f:?}");
+        assert!(f.stale_session && !f.retry, "{f:?}");
+        let other = classify_status(&status_with(tonic::Code::Unknown, info(Kind::Ambiguous)));
+        assert!(!other.stale_session && other.retry);
     }
 
     #[test]

@@ -391,3 +391,66 @@ async fn a_committed_write_answered_out_of_range_without_error_info_is_ambiguous
         );
     }
 }
+
+#[tokio::test]
+async fn after_a_stale_sequence_later_writes_move_to_a_fresh_client_id() {
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let leader = FakeNode::leader(&shared);
+    let ep = serve(leader.clone()).await;
+    let client = Client::builder()
+        .endpoints([&ep])
+        .retry(quick_policy(5))
+        .build()
+        .await
+        .unwrap();
+    client.put("k1", "v1").await.unwrap();
+    let old_id = client.client_id();
+    // A write held in flight across the change of id (a caller-held session).
+    let in_flight = client.new_write_session().await;
+    assert_eq!(in_flight.client_id(), old_id);
+    // The node's window for this id moved past every sequence this client will use (e.g.
+    // another instance with the same id ran far ahead): each write of the old id is stale.
+    shared.lock().unwrap().window_low.insert(old_id, 1_000_000);
+
+    let before = leader.requests.load(Ordering::SeqCst);
+    let err = client.put("k2", "v2").await.unwrap_err();
+    assert!(
+        err.is_ambiguous(),
+        "a forgotten outcome is unknown, not failed: {err:?}"
+    );
+    assert_eq!(
+        leader.requests.load(Ordering::SeqCst) - before,
+        1,
+        "a stale sequence stays stale: not retried"
+    );
+    client.put("k3", "v3").await.unwrap();
+    let new_id = client.client_id();
+    assert_ne!(new_id, old_id, "later writes use a fresh client id");
+    assert_ne!(new_id, 0);
+    client.put("k4", "v4").await.unwrap();
+
+    // The write in flight keeps its old id (re-sending it under a new id could apply it twice).
+    shared.lock().unwrap().window_low.clear();
+    client
+        .upsert_with_session(&in_flight, "c", UpsertOp::Add(1))
+        .await
+        .unwrap();
+
+    let s = shared.lock().unwrap();
+    let by_id = |id: u64| -> Vec<u64> {
+        s.write_sessions
+            .iter()
+            .filter(|x| x.client_id == id)
+            .map(|x| x.sequence)
+            .collect()
+    };
+    // Old id: k1 (1), the held session (2) at the end, k2 (3) sent once and never again.
+    assert_eq!(by_id(old_id), vec![1, 3, 2]);
+    assert_eq!(by_id(new_id), vec![1, 2], "k3 and k4, numbered afresh");
+    assert_eq!(
+        s.kv.get(&b"k2"[..]),
+        None,
+        "the stale write was not re-sent under the new id"
+    );
+    assert_eq!(s.kv.get(&b"k4"[..]), Some(&b"v4".to_vec()));
+}

@@ -14,8 +14,12 @@ use crate::retry::RetryPolicy;
 pub(super) enum CallKind {
     /// Reads: no side effect, always safe to retry.
     Read,
-    /// Session-carrying writes: retried with the same session; unknown outcome = ambiguous.
-    Write,
+    /// Session-carrying writes of this client id: retried with the same session; unknown
+    /// outcome = ambiguous.
+    Write {
+        /// The session's client id (retired after a `StaleSequence` answer).
+        client_id: u64,
+    },
     /// Membership changes: retried, unknown outcome = ambiguous.
     Admin,
 }
@@ -117,7 +121,7 @@ impl Inner {
             let result = tokio::time::timeout(budget, attempt(conn)).await;
             let error = match result {
                 Ok(Ok(value)) => {
-                    if kind == CallKind::Write && self.take_injected_drop() {
+                    if matches!(kind, CallKind::Write { .. }) && self.take_injected_drop() {
                         tracing::debug!(%endpoint, "test fault: dropping a write response");
                         maybe_applied = true;
                         Error::Timeout {
@@ -136,6 +140,14 @@ impl Inner {
                     tracing::debug!(%endpoint, code = ?status.code(), error = %failure.error, "attempt failed");
                     if !failure.not_applied {
                         maybe_applied = true;
+                    }
+                    if failure.stale_session {
+                        if let CallKind::Write { client_id } = kind {
+                            let retired = self.retire_client_id(client_id);
+                            if let (true, Error::Ambiguous { message }) = (retired, &mut failure.error) {
+                                message.push_str("; later writes of this client use a new client id");
+                            }
+                        }
                     }
                     if !failure.retry {
                         return Err(finish_error(kind, failure.error, maybe_applied));
@@ -268,8 +280,11 @@ mod tests {
         let t = Error::Transport {
             message: "reset".into(),
         };
-        assert!(finish_error(CallKind::Write, t.clone(), true).is_ambiguous());
-        assert_eq!(finish_error(CallKind::Write, t.clone(), false), t);
+        assert!(finish_error(CallKind::Write { client_id: 1 }, t.clone(), true).is_ambiguous());
+        assert_eq!(
+            finish_error(CallKind::Write { client_id: 1 }, t.clone(), false),
+            t
+        );
         assert_eq!(finish_error(CallKind::Read, t.clone(), true), t);
         let nl = Error::NotLeader {
             leader_id: 0,
@@ -280,7 +295,10 @@ mod tests {
             message: "x".into(),
             limit: None,
         };
-        assert_eq!(finish_error(CallKind::Write, inv.clone(), false), inv);
-        assert!(finish_error(CallKind::Write, inv, true).is_ambiguous());
+        assert_eq!(
+            finish_error(CallKind::Write { client_id: 1 }, inv.clone(), false),
+            inv
+        );
+        assert!(finish_error(CallKind::Write { client_id: 1 }, inv, true).is_ambiguous());
     }
 }

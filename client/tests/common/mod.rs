@@ -3,7 +3,7 @@
 //! de-duplication and injectable lost responses.
 #![allow(clippy::unwrap_used, dead_code)]
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,7 +22,16 @@ pub struct Shared {
     pub kv: BTreeMap<Vec<u8>, Vec<u8>>,
     pub applied: HashSet<(u64, u64)>,
     pub write_sessions: Vec<pb::Session>,
+    /// Per client id, the lowest sequence still remembered: lower ones are answered as the
+    /// node answers `StaleSequence` (set it to act as if the results were forgotten).
+    pub window_low: HashMap<u64, u64>,
 }
+
+/// The node's answer to a write whose sequence is below its window (`CommandResult::StaleSequence`
+/// in node/src/server/kv.rs): KIND_AMBIGUOUS with this message.
+pub const STALE_SEQUENCE_MESSAGE: &str =
+    "session sequence is below the server's window for this client: its \
+     outcome was forgotten (start a new client session to keep writing)";
 
 #[derive(Clone)]
 pub struct FakeNode {
@@ -112,6 +121,15 @@ impl FakeNode {
         {
             let mut shared = self.shared.lock().unwrap();
             shared.write_sessions.push(session);
+            if session.client_id != 0
+                && session.sequence < shared.window_low.get(&session.client_id).copied().unwrap_or(0)
+            {
+                return Err(Self::error(
+                    pb::error_info::Kind::Ambiguous,
+                    tonic::Code::Unknown,
+                    |i| i.message = STALE_SEQUENCE_MESSAGE.into(),
+                ));
+            }
             if session.client_id == 0 || shared.applied.insert((session.client_id, session.sequence)) {
                 apply(&mut shared);
             }
