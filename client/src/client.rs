@@ -40,11 +40,26 @@ pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 struct Config {
     connect_timeout: Duration,
     request_timeout: Duration,
+    /// First attempt timeout at an endpoint (`None`: derived from `request_timeout`).
+    attempt_timeout: Option<Duration>,
     retry: RetryPolicy,
     max_message_bytes: usize,
     session_window: u64,
     connections_per_endpoint: usize,
     batch_requests: bool,
+}
+
+/// Floor of the derived attempt timeout (a quarter of the request timeout).
+pub(crate) const MIN_ATTEMPT_TIMEOUT: Duration = Duration::from_millis(250);
+
+impl Config {
+    /// Time allowed to a first attempt at an endpoint: as set, else a quarter of
+    /// `request_timeout` and at least [`MIN_ATTEMPT_TIMEOUT`]; never above `request_timeout`.
+    fn attempt_timeout(&self) -> Duration {
+        self.attempt_timeout
+            .unwrap_or_else(|| (self.request_timeout / 4).max(MIN_ATTEMPT_TIMEOUT))
+            .min(self.request_timeout)
+    }
 }
 
 /// Builds a [`Client`]: `Client::builder().endpoints(["127.0.0.1:7379"]).build().await?`.
@@ -62,6 +77,7 @@ impl Default for ClientBuilder {
             config: Config {
                 connect_timeout: Duration::from_secs(2),
                 request_timeout: Duration::from_secs(5),
+                attempt_timeout: None,
                 retry: RetryPolicy::default(),
                 max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
                 session_window: DEFAULT_SESSION_WINDOW,
@@ -91,10 +107,27 @@ impl ClientBuilder {
         self
     }
 
-    /// Time allowed to one attempt of one call (default 5 s). A write whose attempt times out
-    /// has an unknown outcome and is retried with the same session.
+    /// Longest time allowed to one attempt of one call (default 5 s). A write whose attempt
+    /// times out has an unknown outcome and is retried with the same session.
+    ///
+    /// Reads and writes to the leader start shorter: see [`ClientBuilder::attempt_timeout`].
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.config.request_timeout = timeout;
+        self
+    }
+
+    /// Time allowed to the first attempt of a read or write at an endpoint (default: a quarter
+    /// of the request timeout, at least 250 ms; never above it). When it runs out the client
+    /// moves on to the other endpoints and the leader they name, so a paused or cut-off leader
+    /// costs one short attempt, not the whole request timeout. While the others still name the
+    /// node that timed out (their election has not finished), they are asked again after a
+    /// backoff; once they have named it for as long as its attempt waited, it is asked again
+    /// with twice the time, up to the request timeout (a slow leader is still waited for). A
+    /// write whose attempt timed out is maybe applied: it is retried under the same session
+    /// (applied once) and ends [`Error::Ambiguous`] if no answer comes. Membership changes
+    /// always get the full request timeout.
+    pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.config.attempt_timeout = Some(timeout);
         self
     }
 
@@ -906,6 +939,26 @@ mod tests {
         assert_eq!(held.to_proto().client_id, old_id);
         let next = c.new_write_session().await;
         assert_eq!((next.client_id(), next.sequence()), (new_id, 1));
+    }
+
+    #[test]
+    fn attempt_timeout_is_a_quarter_of_the_request_timeout_with_a_floor_and_a_cap() {
+        let config = |request_ms: u64, attempt_ms: Option<u64>| Config {
+            request_timeout: Duration::from_millis(request_ms),
+            attempt_timeout: attempt_ms.map(Duration::from_millis),
+            ..ClientBuilder::default().config
+        };
+        assert_eq!(config(5000, None).attempt_timeout(), Duration::from_millis(1250));
+        assert_eq!(config(400, None).attempt_timeout(), MIN_ATTEMPT_TIMEOUT);
+        assert_eq!(config(100, None).attempt_timeout(), Duration::from_millis(100));
+        assert_eq!(
+            config(5000, Some(300)).attempt_timeout(),
+            Duration::from_millis(300)
+        );
+        assert_eq!(
+            config(1000, Some(9000)).attempt_timeout(),
+            Duration::from_millis(1000)
+        );
     }
 
     #[tokio::test]

@@ -454,3 +454,129 @@ async fn after_a_stale_sequence_later_writes_move_to_a_fresh_client_id() {
     );
     assert_eq!(s.kv.get(&b"k4"[..]), Some(&b"v4".to_vec()));
 }
+
+/// A client whose leader stops answering (SIGSTOP) while another node leads: the call's
+/// deadline equals its request timeout, so a client that gives its first attempt the whole
+/// request timeout never gets to the new leader.
+fn paused_leader_client_policy() -> (Duration, RetryPolicy) {
+    let timeout = Duration::from_secs(4);
+    (
+        timeout,
+        RetryPolicy {
+            max_attempts: 20,
+            initial_backoff: Duration::from_millis(5),
+            max_backoff: Duration::from_millis(20),
+            deadline: timeout,
+        },
+    )
+}
+
+#[tokio::test]
+async fn a_paused_leader_is_left_for_the_new_one_within_the_call() {
+    for batch_requests in [true, false] {
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let (la, a) = bind().await;
+        let old_leader = FakeNode::leader(&shared);
+        serve_on(la, old_leader.clone());
+        let new_leader = FakeNode::follower(2, &a, &shared);
+        let new_ep = serve(new_leader.clone()).await;
+        let (timeout, policy) = paused_leader_client_policy();
+        let client = Client::builder()
+            .endpoints([&a, &new_ep])
+            .request_timeout(timeout)
+            .retry(policy)
+            .batch_requests(batch_requests)
+            .build()
+            .await
+            .unwrap();
+        assert_eq!(client.put("k1", "v1").await.unwrap().node_id, 1);
+        assert_eq!(client.preferred_endpoint(), Some(a.clone()));
+
+        // Node 1 is paused (connection up, nothing answered); node 2 won the election.
+        old_leader.stall_ms.store(u64::MAX, Ordering::SeqCst);
+        new_leader.refusals_before_leading.store(0, Ordering::SeqCst);
+        let asked_before = old_leader.requests.load(Ordering::SeqCst);
+        let info = client.put("k2", "v2").await.unwrap();
+        assert_eq!(
+            info.node_id, 2,
+            "batch {batch_requests}: answered by the new leader"
+        );
+        assert_eq!(client.preferred_endpoint(), Some(new_ep.clone()));
+        assert_eq!(shared.lock().unwrap().kv.get(&b"k2"[..]), Some(&b"v2".to_vec()));
+        // The paused node got the first attempt only (its handler never ran: requests counts
+        // handled requests, so 0 more).
+        assert_eq!(old_leader.requests.load(Ordering::SeqCst), asked_before);
+        // Reads go to the new leader too.
+        assert_eq!(client.get("k2").await.unwrap(), Some(b"v2".to_vec()));
+    }
+}
+
+#[tokio::test]
+async fn while_followers_still_name_the_paused_leader_the_client_asks_them_again() {
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let (la, a) = bind().await;
+    let old_leader = FakeNode::leader(&shared);
+    serve_on(la, old_leader.clone());
+    let follower = FakeNode::follower(2, &a, &shared);
+    let follower_ep = serve(follower.clone()).await;
+    let (timeout, policy) = paused_leader_client_policy();
+    let client = Client::builder()
+        .endpoints([&a, &follower_ep])
+        .request_timeout(timeout)
+        .retry(policy)
+        .build()
+        .await
+        .unwrap();
+    client.put("k1", "v1").await.unwrap();
+    // Node 1 paused; node 2 still names it as leader for three more answers (its election
+    // timeout has not run out), then wins the election.
+    old_leader.stall_ms.store(u64::MAX, Ordering::SeqCst);
+    follower.refusals_before_leading.store(3, Ordering::SeqCst);
+    let follower_before = follower.requests.load(Ordering::SeqCst);
+    let info = client.put("k2", "v2").await.unwrap();
+    assert_eq!(info.node_id, 2);
+    assert_eq!(
+        follower.requests.load(Ordering::SeqCst) - follower_before,
+        4,
+        "three NOT_LEADER answers naming the paused node, then the write"
+    );
+}
+
+#[tokio::test]
+async fn a_slow_leader_that_others_keep_naming_gets_longer_attempts() {
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let (la, a) = bind().await;
+    let slow_leader = FakeNode::leader(&shared);
+    slow_leader.stall_ms.store(500, Ordering::SeqCst);
+    serve_on(la, slow_leader.clone());
+    let follower_ep = serve(FakeNode::follower(2, &a, &shared)).await;
+    let client = Client::builder()
+        .endpoints([&a, &follower_ep])
+        .request_timeout(Duration::from_secs(5))
+        .attempt_timeout(Duration::from_millis(200))
+        .retry(RetryPolicy {
+            max_attempts: 40,
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(100),
+            deadline: Duration::from_secs(10),
+        })
+        .build()
+        .await
+        .unwrap();
+    // Every write takes 500 ms at the leader: attempts of 200 ms, then 400 ms, time out; the
+    // follower keeps naming it, so it is asked again with 800 ms, which is enough.
+    let info = client.upsert("c", UpsertOp::Add(1)).await.unwrap();
+    assert_eq!(info.node_id, 1);
+    assert_eq!(client.preferred_endpoint(), Some(a.clone()));
+    let s = shared.lock().unwrap();
+    assert_eq!(
+        decode_counter(s.kv.get(&b"c"[..]).unwrap()),
+        Some(1),
+        "applied once"
+    );
+    let seqs: Vec<u64> = s.write_sessions.iter().map(|x| x.sequence).collect();
+    assert!(
+        seqs.iter().all(|&q| q == 1),
+        "every attempt under one sequence: {seqs:?}"
+    );
+}

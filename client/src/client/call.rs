@@ -1,6 +1,15 @@
 //! The retry loop of every call: endpoint choice (preferred, rotation, redirects), one overall
-//! deadline, backoff between attempts, and the final error of a write whose outcome is unknown.
+//! deadline, a deadline per attempt, backoff between attempts, and the final error of a write
+//! whose outcome is unknown.
+//!
+//! Attempt deadlines: a read or write to the leader gets the short attempt timeout
+//! (`ClientBuilder::attempt_timeout`), doubled at each timeout of the same endpoint up to the
+//! request timeout. An endpoint that timed out is avoided for as long as its attempt waited:
+//! the call asks the others (whose `NOT_LEADER` hints name the new leader once it is elected),
+//! and a hint naming the avoided endpoint is not followed until then, so a paused leader costs
+//! one short attempt while a slow but live one still gets a long enough attempt.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -34,17 +43,43 @@ pub(super) enum Target {
 }
 
 impl Inner {
-    /// The preferred endpoint, else the next one in rotation.
-    fn pick_endpoint(&self) -> Option<String> {
+    /// The preferred endpoint, else the next one in rotation, skipping those `avoid` names
+    /// unless every endpoint is avoided.
+    fn pick_endpoint(&self, avoid: impl Fn(&str) -> bool) -> Option<String> {
         if let Some(ep) = self.preferred.lock().clone() {
-            return Some(ep);
+            if !avoid(&ep) {
+                return Some(ep);
+            }
         }
         let pool = self.pool.lock();
-        if pool.endpoints.is_empty() {
+        let n = pool.endpoints.len();
+        if n == 0 {
             return None;
         }
-        let i = self.rotation.load(Ordering::Relaxed) % pool.endpoints.len();
-        pool.endpoints.get(i).cloned()
+        let start = self.rotation.load(Ordering::Relaxed);
+        (0..n)
+            .filter_map(|k| pool.endpoints.get((start + k) % n))
+            .find(|ep| !avoid(ep))
+            .or_else(|| pool.endpoints.get(start % n))
+            .cloned()
+    }
+
+    /// Time allowed to one attempt at an endpoint that has timed out `timeouts` times in this
+    /// call. Reads and session-carrying writes to the leader start with the short attempt
+    /// timeout (a paused node is left for another one quickly; a write whose attempt timed out
+    /// is retried under the same session, so it still applies once) and double it at each
+    /// timeout of the same endpoint, up to the request timeout (a slow but live leader is
+    /// still waited for). Membership changes and calls to one fixed endpoint get the full
+    /// request timeout: a retried change is not de-duplicated.
+    fn attempt_budget(&self, kind: CallKind, target: &Target, timeouts: u32) -> Duration {
+        let full = self.config.request_timeout;
+        if kind == CallKind::Admin || matches!(target, Target::Fixed(_)) {
+            return full;
+        }
+        self.config
+            .attempt_timeout()
+            .saturating_mul(1u32 << timeouts.min(16))
+            .min(full)
     }
 
     /// After a failure at `endpoint`: stop preferring it and move the rotation past it.
@@ -90,6 +125,8 @@ impl Inner {
         // Endpoints that answered NOT_LEADER during this call.
         let mut refused_as_follower: Vec<String> = Vec::new();
         let mut retries = 0u32;
+        // Endpoints whose attempt timed out during this call (paused, partitioned, overloaded).
+        let mut timed_out = TimedOut::default();
 
         for _ in 0..policy.attempts() {
             let now = Instant::now();
@@ -99,7 +136,9 @@ impl Inner {
             let endpoint = match (&target, redirect.take()) {
                 (Target::Fixed(ep), _) => ep.clone(),
                 (Target::Leader, Some(ep)) => ep,
-                (Target::Leader, None) => self.pick_endpoint().ok_or(Error::NoEndpoints)?,
+                (Target::Leader, None) => self
+                    .pick_endpoint(|ep| timed_out.avoided(ep, now))
+                    .ok_or(Error::NoEndpoints)?,
             };
             let channel = match self.channel(&endpoint) {
                 Ok(ch) => ch,
@@ -111,8 +150,7 @@ impl Inner {
                 }
             };
             let budget = self
-                .config
-                .request_timeout
+                .attempt_budget(kind, &target, timed_out.timeouts(&endpoint))
                 .min(deadline.saturating_duration_since(now));
             let conn = Conn {
                 endpoint: endpoint.clone(),
@@ -156,7 +194,13 @@ impl Inner {
                         refused_as_follower.push(endpoint.clone());
                     }
                     if matches!(target, Target::Leader) {
-                        if let Some(hint) = redirect_hint(&failure.error, &endpoint, &unreachable) {
+                        let hint = redirect_hint(&failure.error, &endpoint, &unreachable);
+                        if let Some(hint) = hint.filter(|h| !timed_out.avoided(h, Instant::now())) {
+                            // A hint naming a node that just timed out is not followed: its
+                            // followers have not noticed yet that it is gone (election under
+                            // way), so they are asked again after a backoff; once they have
+                            // named it for as long as its attempt waited, it is asked again,
+                            // with a longer attempt.
                             self.prefer(&hint);
                             let seen = refused_as_follower.contains(&hint);
                             redirect = Some(hint);
@@ -177,6 +221,8 @@ impl Inner {
                     if kind != CallKind::Read {
                         maybe_applied = true;
                     }
+                    tracing::debug!(%endpoint, budget_ms = millis(budget), "attempt timed out");
+                    timed_out.record(&endpoint, budget);
                     Error::Timeout {
                         elapsed_ms: millis(start.elapsed()),
                     }
@@ -204,6 +250,34 @@ impl Inner {
         self.drop_write_responses
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
             .is_ok()
+    }
+}
+
+/// The endpoints whose attempt timed out during one call: how often, and until when the call
+/// avoids them (as long again as the last attempt there waited).
+#[derive(Debug, Default)]
+struct TimedOut {
+    by_endpoint: HashMap<String, (u32, Instant)>,
+}
+
+impl TimedOut {
+    fn timeouts(&self, endpoint: &str) -> u32 {
+        self.by_endpoint.get(endpoint).map_or(0, |(n, _)| *n)
+    }
+
+    fn record(&mut self, endpoint: &str, waited: Duration) {
+        let entry = self
+            .by_endpoint
+            .entry(endpoint.to_string())
+            .or_insert((0, Instant::now()));
+        entry.0 = entry.0.saturating_add(1);
+        entry.1 = Instant::now() + waited;
+    }
+
+    fn avoided(&self, endpoint: &str, now: Instant) -> bool {
+        self.by_endpoint
+            .get(endpoint)
+            .is_some_and(|(_, until)| now < *until)
     }
 }
 
@@ -300,5 +374,66 @@ mod tests {
             inv
         );
         assert!(finish_error(CallKind::Write { client_id: 1 }, inv, true).is_ambiguous());
+    }
+
+    #[tokio::test]
+    async fn attempts_double_per_timeout_up_to_the_request_timeout_except_admin_and_fixed() {
+        let c = crate::Client::builder()
+            .endpoints(["a:1", "b:2"])
+            .request_timeout(Duration::from_secs(5))
+            .build()
+            .await
+            .unwrap();
+        let inner = &c.inner;
+        let write = CallKind::Write { client_id: 1 };
+        let budgets: Vec<u128> = (0..5)
+            .map(|k| inner.attempt_budget(write, &Target::Leader, k).as_millis())
+            .collect();
+        assert_eq!(budgets, vec![1250, 2500, 5000, 5000, 5000]);
+        assert_eq!(
+            inner
+                .attempt_budget(CallKind::Read, &Target::Leader, 0)
+                .as_millis(),
+            1250
+        );
+        assert_eq!(
+            inner
+                .attempt_budget(CallKind::Admin, &Target::Leader, 0)
+                .as_secs(),
+            5
+        );
+        let fixed = Target::Fixed("a:1".into());
+        assert_eq!(inner.attempt_budget(CallKind::Read, &fixed, 0).as_secs(), 5);
+        assert_eq!(
+            inner.attempt_budget(write, &Target::Leader, u32::MAX).as_secs(),
+            5
+        );
+    }
+
+    #[tokio::test]
+    async fn picking_skips_avoided_endpoints_unless_all_are() {
+        let c = crate::Client::builder()
+            .endpoints(["a:1", "b:2", "c:3"])
+            .build()
+            .await
+            .unwrap();
+        let inner = &c.inner;
+        inner.prefer("a:1");
+        assert_eq!(inner.pick_endpoint(|_| false).as_deref(), Some("a:1"));
+        assert_eq!(inner.pick_endpoint(|e| e == "a:1").as_deref(), Some("b:2"));
+        inner.demote("b:2"); // rotation moves past b
+        assert_eq!(inner.pick_endpoint(|e| e == "a:1").as_deref(), Some("c:3"));
+        assert_eq!(inner.pick_endpoint(|e| e != "b:2").as_deref(), Some("b:2"));
+        assert!(
+            inner.pick_endpoint(|_| true).is_some(),
+            "all avoided: still one to try"
+        );
+        let mut t = TimedOut::default();
+        t.record("a:1", Duration::from_secs(60));
+        assert!(t.avoided("a:1", Instant::now()) && !t.avoided("b:2", Instant::now()));
+        assert_eq!((t.timeouts("a:1"), t.timeouts("b:2")), (1, 0));
+        t.record("a:1", Duration::ZERO);
+        assert_eq!(t.timeouts("a:1"), 2);
+        assert!(!t.avoided("a:1", Instant::now() + Duration::from_millis(1)));
     }
 }

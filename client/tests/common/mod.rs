@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, dead_code)]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -53,6 +53,12 @@ pub struct FakeNode {
     pub batch_requests: Arc<AtomicU32>,
     /// Answer `Kv.Batch` with UNIMPLEMENTED (an older node): the client must fall back to unary.
     pub batch_unimplemented: bool,
+    /// Every request waits this many milliseconds before it is handled; `u64::MAX` = never
+    /// answered (a node paused with SIGSTOP). 0 = answer at once.
+    pub stall_ms: Arc<AtomicU64>,
+    /// A follower answers NOT_LEADER to this many writes, then acts as the leader (an election
+    /// it wins); `u32::MAX` = stays a follower.
+    pub refusals_before_leading: Arc<AtomicU32>,
 }
 
 impl FakeNode {
@@ -68,6 +74,8 @@ impl FakeNode {
             members: Arc::default(),
             batch_requests: Arc::default(),
             batch_unimplemented: false,
+            stall_ms: Arc::default(),
+            refusals_before_leading: Arc::new(AtomicU32::new(u32::MAX)),
         }
     }
 
@@ -76,6 +84,31 @@ impl FakeNode {
             id,
             follower_hint: Some(hint.to_string()),
             ..Self::leader(shared)
+        }
+    }
+
+    /// Waits as `stall_ms` says (forever for `u64::MAX`).
+    async fn stall(&self) {
+        match self.stall_ms.load(Ordering::SeqCst) {
+            0 => {}
+            u64::MAX => std::future::pending::<()>().await,
+            ms => tokio::time::sleep(Duration::from_millis(ms)).await,
+        }
+    }
+
+    /// Whether this node answers as the leader now (a follower may win an election).
+    fn leads(&self) -> bool {
+        if self.follower_hint.is_none() {
+            return true;
+        }
+        let count_down = |n: u32| (n != 0 && n != u32::MAX).then(|| n - 1);
+        match self
+            .refusals_before_leading
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, count_down)
+        {
+            Ok(_) => false,  // one more refusal
+            Err(0) => true,  // won the election
+            Err(_) => false, // stays a follower
         }
     }
 
@@ -96,8 +129,8 @@ impl FakeNode {
         apply: impl FnOnce(&mut Shared),
     ) -> Result<(), Status> {
         self.requests.fetch_add(1, Ordering::SeqCst);
-        if let Some(hint) = &self.follower_hint {
-            let hint = hint.clone();
+        if !self.leads() {
+            let hint = self.follower_hint.clone().unwrap_or_default();
             return Err(Self::error(
                 pb::error_info::Kind::NotLeader,
                 tonic::Code::FailedPrecondition,
@@ -231,6 +264,7 @@ impl Kv for FakeNode {
     }
 
     async fn get(&self, request: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
+        self.stall().await;
         self.requests.fetch_add(1, Ordering::SeqCst);
         let req = request.into_inner();
         let value = self.shared.lock().unwrap().kv.get(&req.key).cloned();
@@ -242,6 +276,7 @@ impl Kv for FakeNode {
     }
 
     async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
+        self.stall().await;
         let req = request.into_inner();
         self.write(&req.key, req.session, |s| {
             s.kv.insert(req.key.clone(), req.value.clone());
@@ -255,6 +290,7 @@ impl Kv for FakeNode {
         &self,
         request: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
+        self.stall().await;
         let req = request.into_inner();
         self.write(&req.key, req.session, |s| {
             s.kv.remove(&req.key);
@@ -265,6 +301,7 @@ impl Kv for FakeNode {
     }
 
     async fn scan(&self, request: Request<pb::ScanRequest>) -> Result<Response<pb::ScanResponse>, Status> {
+        self.stall().await;
         self.requests.fetch_add(1, Ordering::SeqCst);
         let req = request.into_inner();
         let limit = if req.limit == 0 { 1000 } else { req.limit as usize };
@@ -297,6 +334,7 @@ impl Kv for FakeNode {
     }
 
     async fn write(&self, request: Request<pb::WriteRequest>) -> Result<Response<pb::WriteResponse>, Status> {
+        self.stall().await;
         let req = request.into_inner();
         self.write(b"batch", req.session, |s| {
             for op in &req.ops {
@@ -311,6 +349,7 @@ impl Kv for FakeNode {
     }
 
     async fn txn(&self, _request: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
+        self.stall().await;
         Err(Status::unimplemented("fake"))
     }
 
@@ -318,6 +357,7 @@ impl Kv for FakeNode {
         &self,
         request: Request<pb::UpsertRequest>,
     ) -> Result<Response<pb::UpsertResponse>, Status> {
+        self.stall().await;
         let req = request.into_inner();
         self.write(&req.key, req.session, |s| {
             if let Some(pb::upsert_op::Op::Add(n)) = req.op.and_then(|o| o.op) {
