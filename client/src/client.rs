@@ -22,7 +22,7 @@ mod call;
 use call::{CallKind, Target};
 
 use crate::batch::BatchConn;
-use crate::error::{Error, Result};
+use crate::error::{not_sent, over_client_limit, Error, Result};
 use crate::retry::RetryPolicy;
 use crate::session::{SessionTracker, WriteSession, DEFAULT_SESSION_WINDOW};
 use crate::types::{
@@ -287,6 +287,26 @@ struct Conn {
 struct KvConn {
     unary: KvClient<Channel>,
     batch: Option<BatchConn>,
+    /// The client's `max_message_bytes`: a larger request is refused before it is sent.
+    max_message_bytes: usize,
+}
+
+impl KvConn {
+    /// Refuses, unsent, a request over the client's message limit (tonic would fail it in
+    /// the encoder after the request started, which leaves a write's outcome unknown).
+    fn check_size(&self, req: &impl prost::Message) -> std::result::Result<(), tonic::Status> {
+        let bytes = req.encoded_len();
+        if bytes > self.max_message_bytes {
+            return Err(over_client_limit(
+                "max_message_bytes",
+                format!(
+                    "request is {bytes} bytes, over the client's max_message_bytes ({}); it was not sent",
+                    self.max_message_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 macro_rules! kv_call {
@@ -294,6 +314,7 @@ macro_rules! kv_call {
         async fn $name(&mut self, req: $req) -> std::result::Result<tonic::Response<$resp>, tonic::Status> {
             use pb::batch_request_item::Request as Rq;
             use pb::batch_response_item::Response as Rs;
+            self.check_size(&req)?;
             let Some(batch) = &self.batch else {
                 return self.unary.$name(req).await;
             };
@@ -306,7 +327,7 @@ macro_rules! kv_call {
                 // The node has no Kv.Batch (the request never ran): the retry loop's next
                 // attempt goes unary, since the connection is now marked unsupported.
                 Err(status) if status.code() == tonic::Code::Unimplemented && batch.is_unsupported() => Err(
-                    tonic::Status::unavailable("node does not serve Kv.Batch; retrying with unary calls"),
+                    not_sent("node does not serve Kv.Batch; retrying with unary calls"),
                 ),
                 Err(status) => Err(status),
             }
@@ -327,6 +348,7 @@ impl KvConn {
         &mut self,
         req: pb::ScanRequest,
     ) -> std::result::Result<tonic::Response<pb::ScanResponse>, tonic::Status> {
+        self.check_size(&req)?;
         self.unary.scan(req).await
     }
 }
@@ -409,6 +431,7 @@ impl Inner {
 
     fn kv(&self, conn: Conn) -> KvConn {
         KvConn {
+            max_message_bytes: self.config.max_message_bytes,
             batch: self.batch_conn(&conn.endpoint, &conn.channel),
             unary: self.kv_client(conn.channel),
         }
@@ -429,7 +452,7 @@ impl Inner {
                 return Some(conn.clone());
             }
         }
-        let conn = BatchConn::open(self.kv_client(channel.clone()));
+        let conn = BatchConn::open(self.kv_client(channel.clone()), self.config.max_message_bytes);
         pool.batches.insert(endpoint.to_string(), conn.clone());
         Some(conn)
     }

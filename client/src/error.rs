@@ -203,6 +203,34 @@ pub(crate) fn not_sent(message: impl Into<String>) -> tonic::Status {
     status
 }
 
+/// The cause the client attaches to a status of a request it refused to send because it is
+/// over one of the client's own limits (see [`over_client_limit`]).
+#[derive(Debug, thiserror::Error)]
+#[error("over the client's {limit}")]
+pub(crate) struct OverClientLimit {
+    /// Name of the client setting, e.g. `max_message_bytes`.
+    limit: &'static str,
+}
+
+/// An `INVALID_ARGUMENT` status for a request the client did not send because it is over its
+/// own `limit`: final, and certainly not applied.
+pub(crate) fn over_client_limit(limit: &'static str, message: impl Into<String>) -> tonic::Status {
+    let mut status = tonic::Status::invalid_argument(message);
+    status.set_source(std::sync::Arc::new(OverClientLimit { limit }));
+    status
+}
+
+fn client_limit(status: &tonic::Status) -> Option<&'static str> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(err) = source {
+        if let Some(over) = err.downcast_ref::<OverClientLimit>() {
+            return Some(over.limit);
+        }
+        source = err.source();
+    }
+    None
+}
+
 /// Whether the request of this status certainly never left the client: the transport never
 /// connected, or the client marked it [`not_sent`].
 fn is_never_sent(status: &tonic::Status) -> bool {
@@ -235,6 +263,17 @@ fn non_empty(s: &str) -> Option<String> {
 /// Maps a gRPC status to the client's error, with what the retry loop needs to know.
 pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
     let message = status.message().to_string();
+    if let Some(limit) = client_limit(status) {
+        return Failure {
+            error: Error::InvalidArgument {
+                message,
+                limit: Some(limit.to_string()),
+            },
+            not_applied: true,
+            retry: false,
+            stale_session: false,
+        };
+    }
     if let Some(info) = error_info(status) {
         let text = if info.message.is_empty() {
             message.clone()
@@ -591,6 +630,21 @@ mod tests {
             tonic::Status::with_details(tonic::Code::InvalidArgument, "x", vec![0xff, 0xff, 0xff].into());
         let f = classify_status(&st);
         assert!(matches!(f.error, Error::InvalidArgument { limit: None, .. }));
+    }
+
+    #[test]
+    fn requests_over_a_client_limit_are_final_and_not_applied() {
+        let f = classify_status(&over_client_limit("max_message_bytes", "request is 9 bytes"));
+        assert_eq!(
+            f.error,
+            Error::InvalidArgument {
+                message: "request is 9 bytes".into(),
+                limit: Some("max_message_bytes".into())
+            }
+        );
+        assert!(f.not_applied && !f.retry);
+        let f = classify_status(&not_sent("queued"));
+        assert!(matches!(f.error, Error::Unavailable { .. }) && f.not_applied && f.retry);
     }
 
     #[test]

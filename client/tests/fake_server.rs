@@ -580,3 +580,44 @@ async fn a_slow_leader_that_others_keep_naming_gets_longer_attempts() {
         "every attempt under one sequence: {seqs:?}"
     );
 }
+
+#[tokio::test]
+async fn a_request_over_the_clients_message_limit_is_refused_unsent_and_batches_stay_under_it() {
+    for batch_requests in [false, true] {
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let leader = FakeNode::leader(&shared);
+        let ep = serve(leader.clone()).await;
+        let client = Client::builder()
+            .endpoints([&ep])
+            .retry(quick_policy(3))
+            .max_message_bytes(64 * 1024)
+            .batch_requests(batch_requests)
+            .build()
+            .await
+            .unwrap();
+        // One request over the limit: never sent, so certainly not applied.
+        let err = client.put("big", vec![7u8; 100 * 1024]).await.unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidArgument { ref limit, .. } if limit.as_deref() == Some("max_message_bytes")),
+            "batch {batch_requests}: {err:?}"
+        );
+        assert_eq!(
+            leader.requests.load(Ordering::SeqCst),
+            0,
+            "nothing reached the node"
+        );
+        // Many concurrent requests that fit one by one but not together: each succeeds (the
+        // batch stream packs them into messages under the limit).
+        let writes: Vec<_> = (0..32u32)
+            .map(|i| {
+                let c = client.clone();
+                tokio::spawn(async move { c.put(format!("k{i}"), vec![i as u8; 12 * 1024]).await })
+            })
+            .collect();
+        for (i, w) in writes.into_iter().enumerate() {
+            let r = w.await.unwrap();
+            assert!(r.is_ok(), "batch {batch_requests}: put {i}: {r:?}");
+        }
+        assert_eq!(shared.lock().unwrap().kv.len(), 32);
+    }
+}
