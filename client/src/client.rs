@@ -192,7 +192,8 @@ impl Inner {
     /// move to a fresh random id, which the node has never seen, so nothing of theirs can be
     /// stale or taken for a duplicate. Safe for exactly-once: writes already begun keep their
     /// old id and sequence (their [`WriteSession`] holds the old tracker), so a retry of one is
-    /// still recognized; the stale write itself is reported ambiguous and never re-sent.
+    /// still recognized; the stale write itself is re-sent under the new id only when it was
+    /// certainly not applied (see [`Client::client_id`]).
     /// Returns false when the id was already retired (concurrent stale answers rotate once).
     fn retire_client_id(&self, client_id: u64) -> bool {
         let mut current = self.sessions.lock();
@@ -298,8 +299,10 @@ impl Client {
 
     /// The random, non-zero client id new writes carry. It changes when a node answers a
     /// write `StaleSequence` (the node forgot results this id still needed, or another
-    /// instance uses the id): that write ends [`Error::Ambiguous`], later writes use a fresh
-    /// id, and writes already begun keep the old one.
+    /// instance uses the id): later writes use a fresh id and writes already begun keep the
+    /// old one. The stale write itself is sent once more under the fresh id when the stale
+    /// answer came to its first delivery (the node refused it: not applied); when an earlier
+    /// delivery may have applied it, it ends [`Error::Ambiguous`] and is not sent again.
     pub fn client_id(&self) -> u64 {
         self.inner.sessions.lock().client_id()
     }
@@ -439,15 +442,41 @@ impl Client {
 
     // ----- writes -----
 
-    /// Sends one session-carrying write under the retry policy.
-    async fn write_call<T, F, Fut>(&self, session: &WriteSession, mut attempt: F) -> Result<T>
+    /// Sends one session-carrying write under the retry policy, with the caller's `session`
+    /// or else a new one. A new session's write whose first delivery is answered
+    /// `StaleSequence` was not applied: it is sent once more under a fresh session (the client
+    /// id was just retired). A caller-held session is never replaced.
+    async fn write_call<T, F, Fut>(&self, session: Option<&WriteSession>, mut attempt: F) -> Result<T>
+    where
+        F: FnMut(KvConn, pb::Session) -> Fut,
+        Fut: Future<Output = std::result::Result<T, tonic::Status>>,
+    {
+        if let Some(session) = session {
+            return self.write_once(session, &mut attempt).await.map_err(|e| e.error);
+        }
+        let session = self.inner.begin_write().await;
+        match self.write_once(&session, &mut attempt).await {
+            Err(e) if e.stale_not_applied => {
+                drop(session);
+                let fresh = self.inner.begin_write().await;
+                self.write_once(&fresh, &mut attempt).await.map_err(|e| e.error)
+            }
+            other => other.map_err(|e| e.error),
+        }
+    }
+
+    async fn write_once<T, F, Fut>(
+        &self,
+        session: &WriteSession,
+        attempt: &mut F,
+    ) -> std::result::Result<T, call::CallError>
     where
         F: FnMut(KvConn, pb::Session) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
     {
         let inner = &self.inner;
         inner
-            .call(
+            .call_detailed(
                 CallKind::Write {
                     client_id: session.client_id(),
                 },
@@ -460,10 +489,9 @@ impl Client {
     /// Blind write of one key. Errors: [`Error::InvalidArgument`] (empty key, over
     /// `max_key_bytes` / `max_value_bytes`), [`Error::Ambiguous`], retry exhaustion.
     pub async fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<ResponseInfo> {
-        let session = self.inner.begin_write().await;
         let (key, value) = (key.as_ref().to_vec(), value.as_ref().to_vec());
         let resp = self
-            .write_call(&session, |mut kv, s| {
+            .write_call(None, |mut kv, s| {
                 let req = pb::PutRequest {
                     key: key.clone(),
                     value: value.clone(),
@@ -477,10 +505,9 @@ impl Client {
 
     /// Blind delete of one key (no error when absent).
     pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<ResponseInfo> {
-        let session = self.inner.begin_write().await;
         let key = key.as_ref().to_vec();
         let resp = self
-            .write_call(&session, |mut kv, s| {
+            .write_call(None, |mut kv, s| {
                 let req = pb::DeleteRequest {
                     key: key.clone(),
                     session: Some(s),
@@ -493,10 +520,9 @@ impl Client {
 
     /// Atomic batch (at most `max_batch_ops` ops and `max_batch_bytes` on the node).
     pub async fn write(&self, ops: Vec<Op>) -> Result<ResponseInfo> {
-        let session = self.inner.begin_write().await;
         let ops: Vec<pb::WriteOp> = ops.iter().map(Op::to_proto).collect();
         let resp = self
-            .write_call(&session, |mut kv, s| {
+            .write_call(None, |mut kv, s| {
                 let req = pb::WriteRequest {
                     ops: ops.clone(),
                     session: Some(s),
@@ -524,8 +550,7 @@ impl Client {
 
     /// Read-free update of one key (TokuDB upsert). Applied exactly once even when retried.
     pub async fn upsert(&self, key: impl AsRef<[u8]>, op: UpsertOp) -> Result<ResponseInfo> {
-        let session = self.inner.begin_write().await;
-        self.upsert_with_session(&session, key, op).await
+        self.upsert_in(None, key, op).await
     }
 
     /// **Test and tooling use.** A fresh write session (next sequence of this client), kept
@@ -540,6 +565,15 @@ impl Client {
     pub async fn upsert_with_session(
         &self,
         session: &WriteSession,
+        key: impl AsRef<[u8]>,
+        op: UpsertOp,
+    ) -> Result<ResponseInfo> {
+        self.upsert_in(Some(session), key, op).await
+    }
+
+    async fn upsert_in(
+        &self,
+        session: Option<&WriteSession>,
         key: impl AsRef<[u8]>,
         op: UpsertOp,
     ) -> Result<ResponseInfo> {
@@ -560,12 +594,11 @@ impl Client {
 
     /// etcd-style transaction: if every compare holds run `success`, else `failure`, atomically.
     pub async fn txn(&self, txn: Txn) -> Result<TxnResult> {
-        let session = self.inner.begin_write().await;
         let compare: Vec<pb::Compare> = txn.compares.iter().map(|c| c.to_proto()).collect();
         let success: Vec<pb::TxnOp> = txn.success.iter().map(|o| o.to_proto()).collect();
         let failure: Vec<pb::TxnOp> = txn.failure.iter().map(|o| o.to_proto()).collect();
         let resp = self
-            .write_call(&session, |mut kv, s| {
+            .write_call(None, |mut kv, s| {
                 let req = pb::TxnRequest {
                     compare: compare.clone(),
                     success: success.clone(),

@@ -412,22 +412,19 @@ async fn after_a_stale_sequence_later_writes_move_to_a_fresh_client_id() {
     // another instance with the same id ran far ahead): each write of the old id is stale.
     shared.lock().unwrap().window_low.insert(old_id, 1_000_000);
 
+    // Stale on its first delivery: certainly not applied, so it is sent again, once, under a
+    // fresh session (new id), and succeeds.
     let before = leader.requests.load(Ordering::SeqCst);
-    let err = client.put("k2", "v2").await.unwrap_err();
-    assert!(
-        err.is_ambiguous(),
-        "a forgotten outcome is unknown, not failed: {err:?}"
-    );
+    client.put("k2", "v2").await.unwrap();
     assert_eq!(
         leader.requests.load(Ordering::SeqCst) - before,
-        1,
-        "a stale sequence stays stale: not retried"
+        2,
+        "stale once, then sent anew"
     );
-    client.put("k3", "v3").await.unwrap();
     let new_id = client.client_id();
     assert_ne!(new_id, old_id, "later writes use a fresh client id");
     assert_ne!(new_id, 0);
-    client.put("k4", "v4").await.unwrap();
+    client.put("k3", "v3").await.unwrap();
 
     // The write in flight keeps its old id (re-sending it under a new id could apply it twice).
     shared.lock().unwrap().window_low.clear();
@@ -444,15 +441,50 @@ async fn after_a_stale_sequence_later_writes_move_to_a_fresh_client_id() {
             .map(|x| x.sequence)
             .collect()
     };
-    // Old id: k1 (1), the held session (2) at the end, k2 (3) sent once and never again.
+    // Old id: k1 (1), k2's stale first delivery (3), the held session (2) at the end.
     assert_eq!(by_id(old_id), vec![1, 3, 2]);
-    assert_eq!(by_id(new_id), vec![1, 2], "k3 and k4, numbered afresh");
+    assert_eq!(by_id(new_id), vec![1, 2], "k2 and k3, numbered afresh");
+    assert_eq!(s.kv.get(&b"k2"[..]), Some(&b"v2".to_vec()));
+}
+
+#[tokio::test]
+async fn a_stale_answer_to_a_write_that_may_have_applied_is_ambiguous_and_not_resent() {
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let mut leader = FakeNode::leader(&shared);
+    // The first delivery applies, its answer is lost, and the node forgets the result: the
+    // retry (same session) is answered stale.
+    leader.fail_after_apply.store(1, Ordering::SeqCst);
+    leader.forget_after_apply = true;
+    let ep = serve(leader.clone()).await;
+    let client = Client::builder()
+        .endpoints([&ep])
+        .retry(quick_policy(5))
+        .build()
+        .await
+        .unwrap();
+    let old_id = client.client_id();
+    let err = client.upsert("c", UpsertOp::Add(1)).await.unwrap_err();
+    assert!(err.is_ambiguous(), "{err:?}");
     assert_eq!(
-        s.kv.get(&b"k2"[..]),
-        None,
-        "the stale write was not re-sent under the new id"
+        leader.requests.load(Ordering::SeqCst),
+        2,
+        "one delivery, one retry answered stale, then no more"
     );
-    assert_eq!(s.kv.get(&b"k4"[..]), Some(&b"v4".to_vec()));
+    assert_ne!(client.client_id(), old_id, "later writes use a fresh client id");
+    client.upsert("c", UpsertOp::Add(10)).await.unwrap();
+    let s = shared.lock().unwrap();
+    assert_eq!(
+        decode_counter(s.kv.get(&b"c"[..]).unwrap()),
+        Some(11),
+        "the first applied once"
+    );
+    let ids: Vec<u64> = s.write_sessions.iter().map(|x| x.client_id).collect();
+    assert_eq!(
+        ids[..2],
+        [old_id, old_id],
+        "the unknown write never went out under the new id"
+    );
+    assert!(ids[2..].iter().all(|&id| id != old_id));
 }
 
 /// A client whose leader stops answering (SIGSTOP) while another node leads: the call's

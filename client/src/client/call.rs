@@ -101,7 +101,25 @@ impl Inner {
     }
 
     /// Runs one call under the retry policy. `attempt` sends one request on a channel.
-    pub(super) async fn call<T, F, Fut>(&self, kind: CallKind, target: Target, mut attempt: F) -> Result<T>
+    pub(super) async fn call<T, F, Fut>(&self, kind: CallKind, target: Target, attempt: F) -> Result<T>
+    where
+        F: FnMut(Conn) -> Fut,
+        Fut: Future<Output = std::result::Result<T, tonic::Status>>,
+    {
+        self.call_detailed(kind, target, attempt)
+            .await
+            .map_err(|e| e.error)
+    }
+
+    /// [`Inner::call`], telling also whether a write ended on a `StaleSequence` answer to its
+    /// first delivery (so it was certainly not applied and may be sent again under a fresh
+    /// session).
+    pub(super) async fn call_detailed<T, F, Fut>(
+        &self,
+        kind: CallKind,
+        target: Target,
+        mut attempt: F,
+    ) -> std::result::Result<T, CallError>
     where
         F: FnMut(Conn) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
@@ -176,19 +194,28 @@ impl Inner {
                     let mut failure = classify_status(&status);
                     failure.error = name_endpoint(failure.error, &endpoint);
                     tracing::debug!(%endpoint, code = ?status.code(), error = %failure.error, "attempt failed");
+                    let applied_before = maybe_applied;
                     if !failure.not_applied {
                         maybe_applied = true;
                     }
                     if failure.stale_session {
                         if let CallKind::Write { client_id } = kind {
                             let retired = self.retire_client_id(client_id);
+                            if !applied_before {
+                                // No earlier delivery: the node refused this one, so the write
+                                // was certainly not applied.
+                                return Err(CallError {
+                                    error: failure.error,
+                                    stale_not_applied: true,
+                                });
+                            }
                             if let (true, Error::Ambiguous { message }) = (retired, &mut failure.error) {
                                 message.push_str("; later writes of this client use a new client id");
                             }
                         }
                     }
                     if !failure.retry {
-                        return Err(finish_error(kind, failure.error, maybe_applied));
+                        return Err(finish_error(kind, failure.error, maybe_applied).into());
                     }
                     if matches!(failure.error, Error::NotLeader { .. }) {
                         refused_as_follower.push(endpoint.clone());
@@ -243,13 +270,32 @@ impl Inner {
             },
             Some(e) => e,
         };
-        Err(finish_error(kind, error, maybe_applied))
+        Err(finish_error(kind, error, maybe_applied).into())
     }
 
     fn take_injected_drop(&self) -> bool {
         self.drop_write_responses
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
             .is_ok()
+    }
+}
+
+/// How a call failed ([`Inner::call_detailed`]).
+#[derive(Debug)]
+pub(super) struct CallError {
+    /// The error the caller sees.
+    pub(super) error: Error,
+    /// A write's first delivery was answered `StaleSequence` (the client id was retired): the
+    /// write was not applied and may be sent again under a fresh session.
+    pub(super) stale_not_applied: bool,
+}
+
+impl From<Error> for CallError {
+    fn from(error: Error) -> Self {
+        Self {
+            error,
+            stale_not_applied: false,
+        }
     }
 }
 

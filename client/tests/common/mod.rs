@@ -46,6 +46,9 @@ pub struct FakeNode {
     /// Code of those answers, without ErrorInfo (default UNAVAILABLE; OUT_OF_RANGE is what a
     /// codec says of a response over the message limit).
     pub fail_after_apply_code: tonic::Code,
+    /// With `fail_after_apply`: also forget the result (raise the client's window past it),
+    /// so the retry is answered as stale.
+    pub forget_after_apply: bool,
     /// Refuse writes over this many key bytes with a LIMIT error.
     pub max_key_bytes: usize,
     pub members: Arc<Mutex<Vec<pb::Member>>>,
@@ -70,6 +73,7 @@ impl FakeNode {
             requests: Arc::default(),
             fail_after_apply: Arc::default(),
             fail_after_apply_code: tonic::Code::Unavailable,
+            forget_after_apply: false,
             max_key_bytes: 24,
             members: Arc::default(),
             batch_requests: Arc::default(),
@@ -171,6 +175,11 @@ impl FakeNode {
             .fail_after_apply
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
         if inject.is_ok() {
+            if self.forget_after_apply {
+                let mut shared = self.shared.lock().unwrap();
+                let low = shared.window_low.entry(session.client_id).or_insert(0);
+                *low = (*low).max(session.sequence + 1);
+            }
             let message = match self.fail_after_apply_code {
                 tonic::Code::Unavailable => "connection reset by peer",
                 _ => "Error, encoded message length too large",
