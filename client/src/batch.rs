@@ -10,9 +10,11 @@
 //! errors are unchanged: an item's error comes back as the same `tonic::Status` (code, message,
 //! `ErrorInfo` details) the unary call would have returned.
 //!
-//! Failure: when the stream breaks, every pending caller gets `UNAVAILABLE` without details
-//! (the request may have been applied: writes are retried with their session) and the next
-//! call opens a new stream. A node without `Kv.Batch` (`UNIMPLEMENTED`) marks the connection
+//! Failure: when the stream breaks or ends (with any status, OK included), every item handed
+//! to it and not yet answered gets `UNAVAILABLE` without details (the request may have been
+//! applied: writes are retried with their session, and end ambiguous if the retries run out);
+//! every item still queued gets an `UNAVAILABLE` marked never sent (not applied, retried). No
+//! caller is left without an answer, and the next call opens a new stream. A node without `Kv.Batch` (`UNIMPLEMENTED`) marks the connection
 //! unsupported and callers fall back to unary RPCs.
 
 use std::collections::HashMap;
@@ -27,13 +29,25 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
+use crate::error::{not_sent, over_client_limit};
+
 /// Most items the client packs into one `BatchRequest` (the node accepts up to 10,000).
 pub const MAX_ITEMS_PER_BATCH: usize = 1_024;
+/// Most encoded bytes the client packs into one `BatchRequest` (a single larger item still
+/// goes alone, up to the client's `max_message_bytes`): a batch of concurrent large writes must
+/// neither exceed the gRPC message limit, which would fail the whole stream, nor delay the
+/// small items packed with it.
+pub const MAX_BYTES_PER_BATCH: usize = 4 * 1024 * 1024;
+/// Upper bound of what wrapping a request into a `BatchRequestItem` inside a `BatchRequest`
+/// adds to its encoded size (field tags, length prefixes and the item id).
+const ITEM_OVERHEAD_BYTES: usize = 32;
 
 type Reply = oneshot::Sender<Result<ItemResponse, Status>>;
 
 struct Queued {
     request: ItemRequest,
+    /// Encoded bytes of the item within a `BatchRequest` (an upper bound).
+    bytes: usize,
     reply: Reply,
 }
 
@@ -42,6 +56,8 @@ struct Queued {
 pub(crate) struct BatchConn {
     tx: mpsc::UnboundedSender<Queued>,
     state: Arc<ConnState>,
+    /// The client's `max_message_bytes`: larger items are refused unsent.
+    max_message_bytes: usize,
 }
 
 #[derive(Debug, Default)]
@@ -61,11 +77,17 @@ impl std::fmt::Debug for Queued {
 impl BatchConn {
     /// Starts the driver task for a stream over `kv` (the stream itself opens with the first
     /// request). Must be called inside a tokio runtime.
-    pub(crate) fn open(kv: KvClient<Channel>) -> Self {
+    /// `max_message_bytes` is the client's message limit (the one `kv` encodes with).
+    pub(crate) fn open(kv: KvClient<Channel>, max_message_bytes: usize) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let state = Arc::new(ConnState::default());
-        tokio::spawn(drive(kv, rx, state.clone()));
-        BatchConn { tx, state }
+        let max_batch_bytes = MAX_BYTES_PER_BATCH.min(max_message_bytes);
+        tokio::spawn(drive(kv, rx, state.clone(), max_batch_bytes));
+        BatchConn {
+            tx,
+            state,
+            max_message_bytes,
+        }
     }
 
     /// True once the stream ended: callers should open a new one.
@@ -80,13 +102,30 @@ impl BatchConn {
 
     /// Sends one request on the stream and waits for its answer.
     ///
-    /// Errors: the item's own error status (as the unary RPC would return it), or
-    /// `UNAVAILABLE` when the stream broke before the answer arrived.
+    /// Errors: the item's own error status (as the unary RPC would return it),
+    /// `UNAVAILABLE` when the stream broke before the answer arrived (marked never sent when
+    /// it had not left the queue), or an unsent `INVALID_ARGUMENT` for an item over
+    /// `max_message_bytes`.
     pub(crate) async fn call(&self, request: ItemRequest) -> Result<ItemResponse, Status> {
+        let bytes = request.encoded_len() + ITEM_OVERHEAD_BYTES;
+        if bytes > self.max_message_bytes {
+            return Err(over_client_limit(
+                "max_message_bytes",
+                format!(
+                    "request is {bytes} bytes in a batch message, over the client's \
+                     max_message_bytes ({}); it was not sent",
+                    self.max_message_bytes
+                ),
+            ));
+        }
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Queued { request, reply })
-            .map_err(|_| Status::unavailable("batch stream closed before the request was sent"))?;
+            .send(Queued {
+                request,
+                bytes,
+                reply,
+            })
+            .map_err(|_| not_sent("batch stream closed before the request was sent"))?;
         rx.await
             .map_err(|_| Status::unavailable("batch stream closed before the answer arrived"))?
     }
@@ -105,18 +144,26 @@ fn item_result(response: Option<ItemResponse>) -> Result<ItemResponse, Status> {
     }
 }
 
-/// Moves `first` and whatever else is queued (up to [`MAX_ITEMS_PER_BATCH`]) into one batch,
-/// registering each caller under a fresh id.
+/// Moves `first` and whatever else is queued into one batch of at most
+/// [`MAX_ITEMS_PER_BATCH`] items and `max_bytes` encoded bytes (the first item is always
+/// taken), registering each caller under a fresh id. Returns the batch and the item that did
+/// not fit, which starts the next batch.
 fn collect(
     first: Queued,
     rx: &mut mpsc::UnboundedReceiver<Queued>,
     pending: &mut HashMap<u64, Reply>,
     next_id: &mut u64,
-) -> pb::BatchRequest {
+    max_bytes: usize,
+) -> (pb::BatchRequest, Option<Queued>) {
     let mut items = Vec::with_capacity(8);
+    let mut bytes = 0usize;
     let mut next = Some(first);
     while let Some(q) = next.take() {
         if !q.reply.is_closed() {
+            if !items.is_empty() && bytes.saturating_add(q.bytes) > max_bytes {
+                return (pb::BatchRequest { items }, Some(q));
+            }
+            bytes = bytes.saturating_add(q.bytes);
             let id = *next_id;
             *next_id += 1;
             pending.insert(id, q.reply);
@@ -129,13 +176,16 @@ fn collect(
             next = rx.try_recv().ok();
         }
     }
-    pb::BatchRequest { items }
+    (pb::BatchRequest { items }, None)
 }
 
-/// Fails every pending and queued caller with `status` and marks the connection closed.
+/// Fails every caller of a stream that ended and marks the connection closed: each pending
+/// item (handed to the stream, so maybe applied) with `status`, each item still queued (never
+/// sent) with a [`not_sent`] status, so that the retry loop knows it was not applied.
 fn fail_all(
     state: &ConnState,
     pending: &mut HashMap<u64, Reply>,
+    carry: Option<Queued>,
     rx: &mut mpsc::UnboundedReceiver<Queued>,
     status: &Status,
 ) {
@@ -144,12 +194,21 @@ fn fail_all(
     for (_, reply) in pending.drain() {
         let _ = reply.send(Err(status.clone()));
     }
-    while let Ok(q) = rx.try_recv() {
-        let _ = q.reply.send(Err(status.clone()));
+    let unsent = std::iter::from_fn(|| rx.try_recv().ok());
+    for q in carry.into_iter().chain(unsent) {
+        let _ = q.reply.send(Err(not_sent(format!(
+            "{} (the request was still queued: never sent)",
+            status.message()
+        ))));
     }
 }
 
-async fn drive(mut kv: KvClient<Channel>, mut rx: mpsc::UnboundedReceiver<Queued>, state: Arc<ConnState>) {
+async fn drive(
+    mut kv: KvClient<Channel>,
+    mut rx: mpsc::UnboundedReceiver<Queued>,
+    state: Arc<ConnState>,
+    max_batch_bytes: usize,
+) {
     let mut pending: HashMap<u64, Reply> = HashMap::new();
     let mut next_id = 0u64;
     // No stream until there is something to send (an idle client holds no server task).
@@ -158,7 +217,7 @@ async fn drive(mut kv: KvClient<Channel>, mut rx: mpsc::UnboundedReceiver<Queued
         return;
     };
     let (out_tx, out_rx) = mpsc::channel::<pb::BatchRequest>(64);
-    let first = collect(first, &mut rx, &mut pending, &mut next_id);
+    let (first, mut carry) = collect(first, &mut rx, &mut pending, &mut next_id, max_batch_bytes);
     // Queue the first batch before the call so it leaves with the request headers.
     let _ = out_tx.try_send(first);
     let mut inbound = match kv
@@ -170,16 +229,29 @@ async fn drive(mut kv: KvClient<Channel>, mut rx: mpsc::UnboundedReceiver<Queued
             if status.code() == Code::Unimplemented {
                 state.unsupported.store(true, Ordering::Release);
             }
-            fail_all(&state, &mut pending, &mut rx, &status);
+            fail_all(&state, &mut pending, carry, &mut rx, &status);
             return;
         }
     };
     let mut out_tx = Some(out_tx);
     let end = loop {
+        // An item that did not fit the last batch starts the next one.
+        if carry.is_some() && out_tx.is_some() {
+            let (Some(q), Some(tx)) = (carry.take(), &out_tx) else {
+                continue;
+            };
+            let (batch, rest) = collect(q, &mut rx, &mut pending, &mut next_id, max_batch_bytes);
+            carry = rest;
+            if !batch.items.is_empty() && tx.send(batch).await.is_err() {
+                break Status::unavailable("batch stream closed by the transport");
+            }
+            continue;
+        }
         tokio::select! {
             queued = rx.recv(), if out_tx.is_some() => match queued {
                 Some(q) => {
-                    let batch = collect(q, &mut rx, &mut pending, &mut next_id);
+                    let (batch, rest) = collect(q, &mut rx, &mut pending, &mut next_id, max_batch_bytes);
+                    carry = rest;
                     if batch.items.is_empty() {
                         continue;
                     }
@@ -215,7 +287,7 @@ async fn drive(mut kv: KvClient<Channel>, mut rx: mpsc::UnboundedReceiver<Queued
             },
         }
     };
-    fail_all(&state, &mut pending, &mut rx, &end);
+    fail_all(&state, &mut pending, carry, &mut rx, &end);
 }
 
 #[cfg(test)]
@@ -241,6 +313,55 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_failed_stream_answers_every_item_sent_as_maybe_applied_and_unsent_as_not_sent() {
+        let state = ConnState::default();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut pending = HashMap::new();
+        let (sent_reply, sent) = oneshot::channel();
+        pending.insert(0, sent_reply);
+        let (queued_reply, queued) = oneshot::channel();
+        tx.send(Queued {
+            request: ItemRequest::Get(pb::GetRequest {
+                key: vec![1],
+                consistency: 0,
+            }),
+            bytes: 8,
+            reply: queued_reply,
+        })
+        .unwrap();
+        let (carried_reply, carried) = oneshot::channel();
+        let carry = Queued {
+            request: ItemRequest::Get(pb::GetRequest {
+                key: vec![2],
+                consistency: 0,
+            }),
+            bytes: 8,
+            reply: carried_reply,
+        };
+        fail_all(
+            &state,
+            &mut pending,
+            Some(carry),
+            &mut rx,
+            &Status::unavailable("batch stream failed: reset"),
+        );
+        assert!(state.closed.load(Ordering::Acquire));
+        let sent = crate::error::classify_status(&sent.await.unwrap().unwrap_err());
+        assert!(!sent.not_applied && sent.retry, "an item on the wire: {sent:?}");
+        let queued = crate::error::classify_status(&queued.await.unwrap().unwrap_err());
+        assert!(
+            queued.not_applied && queued.retry,
+            "an item never sent is not applied: {queued:?}"
+        );
+        let carried = crate::error::classify_status(&carried.await.unwrap().unwrap_err());
+        assert!(
+            carried.not_applied,
+            "the item that did not fit was never sent: {carried:?}"
+        );
+        assert!(tx.is_closed(), "later callers are refused, not queued forever");
+    }
+
+    #[tokio::test]
     async fn collect_packs_queued_items_and_skips_abandoned_callers() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let mut keep = Vec::new();
@@ -254,6 +375,7 @@ mod tests {
                     key: vec![i],
                     consistency: 0,
                 }),
+                bytes: 10,
                 reply,
             })
             .unwrap();
@@ -261,7 +383,8 @@ mod tests {
         let first = rx.try_recv().unwrap();
         let mut pending = HashMap::new();
         let mut next_id = 7;
-        let batch = collect(first, &mut rx, &mut pending, &mut next_id);
+        let (batch, carry) = collect(first, &mut rx, &mut pending, &mut next_id, usize::MAX);
+        assert!(carry.is_none());
         let keys: Vec<Vec<u8>> = batch
             .items
             .iter()
@@ -276,5 +399,50 @@ mod tests {
         assert_eq!(next_id, 11);
         assert_eq!(pending.len(), 4);
         drop(keep);
+    }
+
+    #[tokio::test]
+    async fn collect_stops_at_the_byte_cap_and_carries_the_item_that_did_not_fit() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut answers = Vec::new();
+        for i in 0..5u8 {
+            let (reply, r) = oneshot::channel();
+            answers.push(r);
+            tx.send(Queued {
+                request: ItemRequest::Get(pb::GetRequest {
+                    key: vec![i],
+                    consistency: 0,
+                }),
+                bytes: 100,
+                reply,
+            })
+            .unwrap();
+        }
+        let mut pending = HashMap::new();
+        let mut next_id = 0;
+        let first = rx.try_recv().unwrap();
+        let (batch, carry) = collect(first, &mut rx, &mut pending, &mut next_id, 250);
+        assert_eq!(batch.items.len(), 2, "two items of 100 bytes fit in 250");
+        let carry = carry.expect("the third item is carried, not dropped");
+        assert!(matches!(&carry.request, ItemRequest::Get(g) if g.key == vec![2]));
+        let (batch, carry) = collect(carry, &mut rx, &mut pending, &mut next_id, 250);
+        assert_eq!(batch.items.len(), 2);
+        let (batch, carry) = collect(carry.unwrap(), &mut rx, &mut pending, &mut next_id, 250);
+        assert_eq!(batch.items.len(), 1);
+        assert!(carry.is_none());
+        assert_eq!(pending.len(), 5, "every caller registered once");
+        // An item larger than the cap still goes, alone.
+        let (reply, _r) = oneshot::channel();
+        let big = Queued {
+            request: ItemRequest::Get(pb::GetRequest {
+                key: vec![9],
+                consistency: 0,
+            }),
+            bytes: 1000,
+            reply,
+        };
+        let (batch, carry) = collect(big, &mut rx, &mut pending, &mut next_id, 250);
+        assert_eq!((batch.items.len(), carry.is_none()), (1, true));
+        drop(answers);
     }
 }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ftkv_proto::v1 as pb;
 use ftkv_proto::v1::cluster_client::ClusterClient;
@@ -17,199 +17,25 @@ use ftkv_proto::v1::kv_client::KvClient;
 use parking_lot::Mutex;
 use tonic::transport::Channel;
 
+mod builder;
+mod call;
+
+pub(crate) use builder::normalize_endpoint;
+use builder::Config;
+#[cfg(test)]
+use builder::MIN_ATTEMPT_TIMEOUT;
+pub use builder::{ClientBuilder, DEFAULT_ENDPOINT, DEFAULT_MAX_MESSAGE_BYTES};
+use call::{CallKind, Target};
+
 use crate::batch::BatchConn;
-use crate::error::{classify_status, Error, Result};
+use crate::error::{not_sent, over_client_limit, Error, Result};
+#[cfg(test)]
 use crate::retry::RetryPolicy;
-use crate::session::{SessionTracker, WriteSession, DEFAULT_SESSION_WINDOW};
+use crate::session::{SessionTracker, WriteSession};
 use crate::types::{
     prefix_end, KeyValue, Membership, NodeStatus, Op, ReadConsistency, ResponseInfo, ScanOptions, ScanPage,
     Txn, TxnOpResult, TxnResult, UpsertOp,
 };
-
-/// Default client port of an ftkv node.
-pub const DEFAULT_ENDPOINT: &str = "127.0.0.1:7379";
-/// Default largest gRPC message sent or received: 64 MiB (a 4 MiB batch and big scan pages fit).
-pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
-
-/// Settings of a [`Client`]; see [`ClientBuilder`].
-#[derive(Debug, Clone)]
-struct Config {
-    connect_timeout: Duration,
-    request_timeout: Duration,
-    retry: RetryPolicy,
-    max_message_bytes: usize,
-    session_window: u64,
-    connections_per_endpoint: usize,
-    batch_requests: bool,
-}
-
-/// Builds a [`Client`]: `Client::builder().endpoints(["127.0.0.1:7379"]).build().await?`.
-#[derive(Debug, Clone)]
-pub struct ClientBuilder {
-    endpoints: Vec<String>,
-    config: Config,
-    debug_drop_write_responses: u32,
-}
-
-impl Default for ClientBuilder {
-    fn default() -> Self {
-        Self {
-            endpoints: Vec::new(),
-            config: Config {
-                connect_timeout: Duration::from_secs(2),
-                request_timeout: Duration::from_secs(5),
-                retry: RetryPolicy::default(),
-                max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
-                session_window: DEFAULT_SESSION_WINDOW,
-                connections_per_endpoint: 1,
-                batch_requests: true,
-            },
-            debug_drop_write_responses: 0,
-        }
-    }
-}
-
-impl ClientBuilder {
-    /// Client endpoints of the cluster's nodes, `host:port` (an `http://` prefix is accepted).
-    /// Any one reachable node is enough: the others are learned from `NOT_LEADER` redirects.
-    pub fn endpoints<I, S>(mut self, endpoints: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        self.endpoints = endpoints.into_iter().map(|e| e.as_ref().to_string()).collect();
-        self
-    }
-
-    /// Time allowed to open a TCP + HTTP/2 connection to one endpoint (default 2 s).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.config.connect_timeout = timeout;
-        self
-    }
-
-    /// Time allowed to one attempt of one call (default 5 s). A write whose attempt times out
-    /// has an unknown outcome and is retried with the same session.
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.config.request_timeout = timeout;
-        self
-    }
-
-    /// Retry budget of each call (default [`RetryPolicy::default`]).
-    pub fn retry(mut self, policy: RetryPolicy) -> Self {
-        self.config.retry = policy;
-        self
-    }
-
-    /// Largest gRPC message sent or received, bytes (default 64 MiB).
-    pub fn max_message_bytes(mut self, bytes: usize) -> Self {
-        self.config.max_message_bytes = bytes;
-        self
-    }
-
-    /// Most sequences a write may run ahead of the oldest outstanding write of this client
-    /// (default [`DEFAULT_SESSION_WINDOW`] = 1000). When full, new writes wait for the oldest
-    /// to finish. Must not exceed the node's results kept per client (1,024), or a write
-    /// retried after a long stall may find its result forgotten.
-    pub fn session_window(mut self, window: u64) -> Self {
-        self.config.session_window = window.max(1);
-        self
-    }
-
-    /// HTTP/2 connections opened to each endpoint (default 1; at least 1). Calls are spread
-    /// round-robin over them; a few help when hundreds of calls run concurrently (benchmarks).
-    pub fn connections_per_endpoint(mut self, n: usize) -> Self {
-        self.config.connections_per_endpoint = n.max(1);
-        self
-    }
-
-    /// Multiplex concurrent get/put/delete/write/txn/upsert calls over one `Kv.Batch` stream
-    /// per endpoint (default true; TiKV's batch commands). Each request is still answered
-    /// on its own, with the same errors and retry behaviour as a unary call; a busy client
-    /// pays the gRPC framing once per batch of concurrent calls. Nodes without `Kv.Batch` are
-    /// detected and served by unary calls. False: one unary RPC per call.
-    pub fn batch_requests(mut self, enabled: bool) -> Self {
-        self.config.batch_requests = enabled;
-        self
-    }
-
-    /// **Test only.** Discards the first `n` successful write responses (put, delete, write,
-    /// txn, upsert) as if the request had timed out after the node applied it, so the client
-    /// retries them with the same session. Used to show that a retried `Upsert{Add}` after a
-    /// timeout is applied exactly once. Never set this in production code.
-    pub fn debug_drop_write_responses(mut self, n: u32) -> Self {
-        self.debug_drop_write_responses = n;
-        self
-    }
-
-    /// Validates the endpoints and creates the client. Connections are opened lazily on first
-    /// use, so this succeeds even when no node is up yet.
-    ///
-    /// Errors: [`Error::NoEndpoints`] for an empty list, [`Error::InvalidEndpoint`] for an
-    /// endpoint that is not `host:port`.
-    pub async fn build(self) -> Result<Client> {
-        let mut endpoints: Vec<String> = Vec::new();
-        for raw in &self.endpoints {
-            let ep = normalize_endpoint(raw)?;
-            if !endpoints.contains(&ep) {
-                endpoints.push(ep);
-            }
-        }
-        if endpoints.is_empty() {
-            return Err(Error::NoEndpoints);
-        }
-        let session_window = self.config.session_window;
-        let inner = Inner {
-            config: self.config,
-            pool: Mutex::new(Pool {
-                endpoints,
-                channels: HashMap::new(),
-                batches: HashMap::new(),
-            }),
-            preferred: Mutex::new(None),
-            rotation: AtomicUsize::new(0),
-            next_connection: AtomicUsize::new(0),
-            sessions: SessionTracker::new(session_window),
-            drop_write_responses: AtomicU32::new(self.debug_drop_write_responses),
-        };
-        // Create every channel now so that a bad endpoint fails here, not on first use.
-        let snapshot = inner.pool.lock().endpoints.clone();
-        for ep in &snapshot {
-            inner.channel(ep)?;
-        }
-        Ok(Client {
-            inner: Arc::new(inner),
-        })
-    }
-}
-
-/// Turns `http://host:port`, ` host:port ` or `host:port/` into `host:port`.
-pub(crate) fn normalize_endpoint(raw: &str) -> Result<String> {
-    let trimmed = raw.trim();
-    let invalid = |message: &str| Error::InvalidEndpoint {
-        endpoint: raw.to_string(),
-        message: message.to_string(),
-    };
-    if trimmed.starts_with("https://") {
-        return Err(invalid("TLS is not supported; use host:port"));
-    }
-    let bare = trimmed
-        .strip_prefix("http://")
-        .unwrap_or(trimmed)
-        .trim_end_matches('/');
-    if bare.is_empty() {
-        return Err(invalid("empty endpoint"));
-    }
-    let Some((host, port)) = bare.rsplit_once(':') else {
-        return Err(invalid("expected host:port"));
-    };
-    if host.is_empty() || bare.contains('/') {
-        return Err(invalid("expected host:port"));
-    }
-    if port.parse::<u16>().is_err() {
-        return Err(invalid("port is not a number in 0..=65535"));
-    }
-    Ok(bare.to_string())
-}
 
 #[derive(Debug)]
 struct Pool {
@@ -231,7 +57,9 @@ struct Inner {
     rotation: AtomicUsize,
     /// Round-robin position over an endpoint's connections.
     next_connection: AtomicUsize,
-    sessions: Arc<SessionTracker>,
+    /// Where new writes get their session. Replaced by one with a fresh client id after a
+    /// `StaleSequence` answer ([`Inner::retire_client_id`]); writes already begun keep theirs.
+    sessions: Mutex<Arc<SessionTracker>>,
     drop_write_responses: AtomicU32,
 }
 
@@ -248,6 +76,26 @@ struct Conn {
 struct KvConn {
     unary: KvClient<Channel>,
     batch: Option<BatchConn>,
+    /// The client's `max_message_bytes`: a larger request is refused before it is sent.
+    max_message_bytes: usize,
+}
+
+impl KvConn {
+    /// Refuses, unsent, a request over the client's message limit (tonic would fail it in
+    /// the encoder after the request started, which leaves a write's outcome unknown).
+    fn check_size(&self, req: &impl prost::Message) -> std::result::Result<(), tonic::Status> {
+        let bytes = req.encoded_len();
+        if bytes > self.max_message_bytes {
+            return Err(over_client_limit(
+                "max_message_bytes",
+                format!(
+                    "request is {bytes} bytes, over the client's max_message_bytes ({}); it was not sent",
+                    self.max_message_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 macro_rules! kv_call {
@@ -255,6 +103,7 @@ macro_rules! kv_call {
         async fn $name(&mut self, req: $req) -> std::result::Result<tonic::Response<$resp>, tonic::Status> {
             use pb::batch_request_item::Request as Rq;
             use pb::batch_response_item::Response as Rs;
+            self.check_size(&req)?;
             let Some(batch) = &self.batch else {
                 return self.unary.$name(req).await;
             };
@@ -267,7 +116,7 @@ macro_rules! kv_call {
                 // The node has no Kv.Batch (the request never ran): the retry loop's next
                 // attempt goes unary, since the connection is now marked unsupported.
                 Err(status) if status.code() == tonic::Code::Unimplemented && batch.is_unsupported() => Err(
-                    tonic::Status::unavailable("node does not serve Kv.Batch; retrying with unary calls"),
+                    not_sent("node does not serve Kv.Batch; retrying with unary calls"),
                 ),
                 Err(status) => Err(status),
             }
@@ -288,28 +137,9 @@ impl KvConn {
         &mut self,
         req: pb::ScanRequest,
     ) -> std::result::Result<tonic::Response<pb::ScanResponse>, tonic::Status> {
+        self.check_size(&req)?;
         self.unary.scan(req).await
     }
-}
-
-/// What a call is, for the retry loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CallKind {
-    /// Reads: no side effect, always safe to retry.
-    Read,
-    /// Session-carrying writes: retried with the same session; unknown outcome = ambiguous.
-    Write,
-    /// Membership changes: retried, unknown outcome = ambiguous.
-    Admin,
-}
-
-/// Where a call goes.
-#[derive(Debug, Clone)]
-enum Target {
-    /// The leader, found through the preferred endpoint, rotation and redirects.
-    Leader,
-    /// Exactly this endpoint, no redirect.
-    Fixed(String),
 }
 
 impl Inner {
@@ -350,6 +180,39 @@ impl Inner {
         Ok(ch)
     }
 
+    /// Begins a write on the current session tracker (waits while its window is full).
+    async fn begin_write(&self) -> WriteSession {
+        let tracker = Arc::clone(&self.sessions.lock());
+        tracker.begin().await
+    }
+
+    /// After a `StaleSequence` answer to a write of `client_id`: the node's window for that id
+    /// is above a sequence this client still used, so the node and this client disagree on the
+    /// id's history (its results were dropped, or another instance uses the same id). New writes
+    /// move to a fresh random id, which the node has never seen, so nothing of theirs can be
+    /// stale or taken for a duplicate. Safe for exactly-once: writes already begun keep their
+    /// old id and sequence (their [`WriteSession`] holds the old tracker), so a retry of one is
+    /// still recognized; the stale write itself is re-sent under the new id only when it was
+    /// certainly not applied (see [`Client::client_id`]).
+    /// Returns false when the id was already retired (concurrent stale answers rotate once).
+    fn retire_client_id(&self, client_id: u64) -> bool {
+        let mut current = self.sessions.lock();
+        if current.client_id() != client_id {
+            return false;
+        }
+        let mut fresh = SessionTracker::new(self.config.session_window);
+        while fresh.client_id() == client_id {
+            fresh = SessionTracker::new(self.config.session_window);
+        }
+        tracing::warn!(
+            old_client_id = client_id,
+            new_client_id = fresh.client_id(),
+            "stale session sequence: new writes use a fresh client id"
+        );
+        *current = fresh;
+        true
+    }
+
     fn kv_client(&self, ch: Channel) -> KvClient<Channel> {
         KvClient::new(ch)
             .max_decoding_message_size(self.config.max_message_bytes)
@@ -358,6 +221,7 @@ impl Inner {
 
     fn kv(&self, conn: Conn) -> KvConn {
         KvConn {
+            max_message_bytes: self.config.max_message_bytes,
             batch: self.batch_conn(&conn.endpoint, &conn.channel),
             unary: self.kv_client(conn.channel),
         }
@@ -378,7 +242,7 @@ impl Inner {
                 return Some(conn.clone());
             }
         }
-        let conn = BatchConn::open(self.kv_client(channel.clone()));
+        let conn = BatchConn::open(self.kv_client(channel.clone()), self.config.max_message_bytes);
         pool.batches.insert(endpoint.to_string(), conn.clone());
         Some(conn)
     }
@@ -392,217 +256,6 @@ impl Inner {
     fn endpoints(&self) -> Vec<String> {
         self.pool.lock().endpoints.clone()
     }
-
-    /// The preferred endpoint, else the next one in rotation.
-    fn pick_endpoint(&self) -> Option<String> {
-        if let Some(ep) = self.preferred.lock().clone() {
-            return Some(ep);
-        }
-        let pool = self.pool.lock();
-        if pool.endpoints.is_empty() {
-            return None;
-        }
-        let i = self.rotation.load(Ordering::Relaxed) % pool.endpoints.len();
-        pool.endpoints.get(i).cloned()
-    }
-
-    /// After a failure at `endpoint`: stop preferring it and move the rotation past it.
-    fn demote(&self, endpoint: &str) {
-        {
-            let mut preferred = self.preferred.lock();
-            if preferred.as_deref() == Some(endpoint) {
-                *preferred = None;
-            }
-        }
-        let pool = self.pool.lock();
-        if let Some(i) = pool.endpoints.iter().position(|e| e == endpoint) {
-            self.rotation.store(i + 1, Ordering::Relaxed);
-        }
-    }
-
-    fn prefer(&self, endpoint: &str) {
-        *self.preferred.lock() = Some(endpoint.to_string());
-    }
-
-    /// Runs one call under the retry policy. `attempt` sends one request on a channel.
-    async fn call<T, F, Fut>(&self, kind: CallKind, target: Target, mut attempt: F) -> Result<T>
-    where
-        F: FnMut(Conn) -> Fut,
-        Fut: Future<Output = std::result::Result<T, tonic::Status>>,
-    {
-        let policy = match target {
-            Target::Leader => self.config.retry,
-            Target::Fixed(_) => RetryPolicy {
-                max_attempts: 1,
-                deadline: self.config.retry.deadline.min(self.config.request_timeout),
-                ..self.config.retry
-            },
-        };
-        let start = Instant::now();
-        let deadline = start + policy.deadline;
-        // True once any attempt may have reached the state machine.
-        let mut maybe_applied = false;
-        let mut last_error: Option<Error> = None;
-        let mut redirect: Option<String> = None;
-        // Endpoints whose connection failed during this call: their redirect hints are stale.
-        let mut unreachable: Vec<String> = Vec::new();
-        // Endpoints that answered NOT_LEADER during this call.
-        let mut refused_as_follower: Vec<String> = Vec::new();
-        let mut retries = 0u32;
-
-        for _ in 0..policy.attempts() {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            let endpoint = match (&target, redirect.take()) {
-                (Target::Fixed(ep), _) => ep.clone(),
-                (Target::Leader, Some(ep)) => ep,
-                (Target::Leader, None) => self.pick_endpoint().ok_or(Error::NoEndpoints)?,
-            };
-            let channel = match self.channel(&endpoint) {
-                Ok(ch) => ch,
-                Err(e) => {
-                    // Only a redirect hint can be malformed here; the initial list was checked.
-                    self.demote(&endpoint);
-                    last_error = Some(e);
-                    continue;
-                }
-            };
-            let budget = self
-                .config
-                .request_timeout
-                .min(deadline.saturating_duration_since(now));
-            let conn = Conn {
-                endpoint: endpoint.clone(),
-                channel,
-            };
-            let result = tokio::time::timeout(budget, attempt(conn)).await;
-            let error = match result {
-                Ok(Ok(value)) => {
-                    if kind == CallKind::Write && self.take_injected_drop() {
-                        tracing::debug!(%endpoint, "test fault: dropping a write response");
-                        maybe_applied = true;
-                        Error::Timeout {
-                            elapsed_ms: millis(start.elapsed()),
-                        }
-                    } else {
-                        if matches!(target, Target::Leader) {
-                            self.prefer(&endpoint);
-                        }
-                        return Ok(value);
-                    }
-                }
-                Ok(Err(status)) => {
-                    let mut failure = classify_status(&status);
-                    failure.error = name_endpoint(failure.error, &endpoint);
-                    tracing::debug!(%endpoint, code = ?status.code(), error = %failure.error, "attempt failed");
-                    if !failure.not_applied {
-                        maybe_applied = true;
-                    }
-                    if !failure.retry {
-                        return Err(finish_error(kind, failure.error, maybe_applied));
-                    }
-                    if matches!(failure.error, Error::NotLeader { .. }) {
-                        refused_as_follower.push(endpoint.clone());
-                    }
-                    if matches!(target, Target::Leader) {
-                        if let Some(hint) = redirect_hint(&failure.error, &endpoint, &unreachable) {
-                            self.prefer(&hint);
-                            let seen = refused_as_follower.contains(&hint);
-                            redirect = Some(hint);
-                            if !seen {
-                                last_error = Some(failure.error);
-                                continue; // follow a fresh redirect at once
-                            }
-                            // Nodes pointing at each other (views changing in an election):
-                            // follow the hint, but after a backoff.
-                        }
-                    }
-                    if matches!(failure.error, Error::Unavailable { .. } | Error::Transport { .. }) {
-                        unreachable.push(endpoint.clone());
-                    }
-                    failure.error
-                }
-                Err(_elapsed) => {
-                    if kind != CallKind::Read {
-                        maybe_applied = true;
-                    }
-                    Error::Timeout {
-                        elapsed_ms: millis(start.elapsed()),
-                    }
-                }
-            };
-            self.demote(&endpoint);
-            last_error = Some(error);
-            retries += 1;
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            let pause = policy.backoff(retries, &mut rand::thread_rng()).min(remaining);
-            if !pause.is_zero() {
-                tokio::time::sleep(pause).await;
-            }
-        }
-        let error = match last_error {
-            Some(Error::Timeout { .. }) | None => Error::Timeout {
-                elapsed_ms: millis(start.elapsed()),
-            },
-            Some(e) => e,
-        };
-        Err(finish_error(kind, error, maybe_applied))
-    }
-
-    fn take_injected_drop(&self) -> bool {
-        self.drop_write_responses
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-            .is_ok()
-    }
-}
-
-/// Puts the endpoint in front of transport-level messages, so "connection refused" says where.
-fn name_endpoint(error: Error, endpoint: &str) -> Error {
-    match error {
-        Error::Unavailable { message } => Error::Unavailable {
-            message: format!("{endpoint}: {message}"),
-        },
-        Error::Transport { message } => Error::Transport {
-            message: format!("{endpoint}: {message}"),
-        },
-        other => other,
-    }
-}
-
-/// The leader endpoint a `NOT_LEADER` error points to, unless it is the endpoint just asked
-/// or one that already failed to connect during this call (a stale hint).
-fn redirect_hint(error: &Error, asked: &str, unreachable: &[String]) -> Option<String> {
-    let Error::NotLeader {
-        leader_endpoint: Some(hint),
-        ..
-    } = error
-    else {
-        return None;
-    };
-    let hint = normalize_endpoint(hint).ok()?;
-    (hint != asked && !unreachable.contains(&hint)).then_some(hint)
-}
-
-/// The error a call ends with: a write that may have been applied is ambiguous, whatever the
-/// last attempt said, unless the last answer was itself definite about the outcome.
-fn finish_error(kind: CallKind, error: Error, maybe_applied: bool) -> Error {
-    if kind == CallKind::Read || !maybe_applied {
-        return error;
-    }
-    match error {
-        // A refusal after an attempt that may have applied the write (e.g. "sequence below the
-        // window": the node forgot the result) does not say the write did not happen.
-        e @ (Error::Ambiguous { .. } | Error::NotOnAllReplicas { .. }) => e,
-        other => Error::Ambiguous {
-            message: other.to_string(),
-        },
-    }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Async client of an ftkv cluster. Cheap to clone: clones share channels, the known leader
@@ -610,7 +263,7 @@ fn millis(d: Duration) -> u64 {
 ///
 /// Every call finds the leader (following `NOT_LEADER` redirects, also to endpoints not in the
 /// initial list), retries unavailable nodes with exponential backoff and jitter under one
-/// overall deadline ([`RetryPolicy`]), and sends writes with a session (random client id,
+/// overall deadline ([`RetryPolicy`](crate::RetryPolicy)), and sends writes with a session (random client id,
 /// increasing sequence) so that a retried write is applied at most once. A write whose outcome
 /// stays unknown ends with [`Error::Ambiguous`].
 #[derive(Debug, Clone)]
@@ -620,7 +273,7 @@ pub struct Client {
 
 impl Client {
     /// A builder with the defaults: no endpoints, 2 s connect timeout, 5 s request timeout,
-    /// [`RetryPolicy::default`].
+    /// [`RetryPolicy::default`](crate::RetryPolicy::default).
     pub fn builder() -> ClientBuilder {
         ClientBuilder::default()
     }
@@ -644,9 +297,14 @@ impl Client {
         self.inner.preferred.lock().clone()
     }
 
-    /// This client instance's random, non-zero session id.
+    /// The random, non-zero client id new writes carry. It changes when a node answers a
+    /// write `StaleSequence` (the node forgot results this id still needed, or another
+    /// instance uses the id): later writes use a fresh id and writes already begun keep the
+    /// old one. The stale write itself is sent once more under the fresh id when the stale
+    /// answer came to its first delivery (the node refused it: not applied); when an earlier
+    /// delivery may have applied it, it ends [`Error::Ambiguous`] and is not sent again.
     pub fn client_id(&self) -> u64 {
-        self.inner.sessions.client_id()
+        self.inner.sessions.lock().client_id()
     }
 
     // ----- reads -----
@@ -784,27 +442,56 @@ impl Client {
 
     // ----- writes -----
 
-    /// Sends one session-carrying write under the retry policy.
-    async fn write_call<T, F, Fut>(&self, session: &WriteSession, mut attempt: F) -> Result<T>
+    /// Sends one session-carrying write under the retry policy, with the caller's `session`
+    /// or else a new one. A new session's write whose first delivery is answered
+    /// `StaleSequence` was not applied: it is sent once more under a fresh session (the client
+    /// id was just retired). A caller-held session is never replaced.
+    async fn write_call<T, F, Fut>(&self, session: Option<&WriteSession>, mut attempt: F) -> Result<T>
+    where
+        F: FnMut(KvConn, pb::Session) -> Fut,
+        Fut: Future<Output = std::result::Result<T, tonic::Status>>,
+    {
+        if let Some(session) = session {
+            return self.write_once(session, &mut attempt).await.map_err(|e| e.error);
+        }
+        let session = self.inner.begin_write().await;
+        match self.write_once(&session, &mut attempt).await {
+            Err(e) if e.stale_not_applied => {
+                drop(session);
+                let fresh = self.inner.begin_write().await;
+                self.write_once(&fresh, &mut attempt).await.map_err(|e| e.error)
+            }
+            other => other.map_err(|e| e.error),
+        }
+    }
+
+    async fn write_once<T, F, Fut>(
+        &self,
+        session: &WriteSession,
+        attempt: &mut F,
+    ) -> std::result::Result<T, call::CallError>
     where
         F: FnMut(KvConn, pb::Session) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
     {
         let inner = &self.inner;
         inner
-            .call(CallKind::Write, Target::Leader, |ch| {
-                attempt(inner.kv(ch), session.to_proto())
-            })
+            .call_detailed(
+                CallKind::Write {
+                    client_id: session.client_id(),
+                },
+                Target::Leader,
+                |ch| attempt(inner.kv(ch), session.to_proto()),
+            )
             .await
     }
 
     /// Blind write of one key. Errors: [`Error::InvalidArgument`] (empty key, over
     /// `max_key_bytes` / `max_value_bytes`), [`Error::Ambiguous`], retry exhaustion.
     pub async fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<ResponseInfo> {
-        let session = self.inner.sessions.begin().await;
         let (key, value) = (key.as_ref().to_vec(), value.as_ref().to_vec());
         let resp = self
-            .write_call(&session, |mut kv, s| {
+            .write_call(None, |mut kv, s| {
                 let req = pb::PutRequest {
                     key: key.clone(),
                     value: value.clone(),
@@ -818,10 +505,9 @@ impl Client {
 
     /// Blind delete of one key (no error when absent).
     pub async fn delete(&self, key: impl AsRef<[u8]>) -> Result<ResponseInfo> {
-        let session = self.inner.sessions.begin().await;
         let key = key.as_ref().to_vec();
         let resp = self
-            .write_call(&session, |mut kv, s| {
+            .write_call(None, |mut kv, s| {
                 let req = pb::DeleteRequest {
                     key: key.clone(),
                     session: Some(s),
@@ -834,10 +520,9 @@ impl Client {
 
     /// Atomic batch (at most `max_batch_ops` ops and `max_batch_bytes` on the node).
     pub async fn write(&self, ops: Vec<Op>) -> Result<ResponseInfo> {
-        let session = self.inner.sessions.begin().await;
         let ops: Vec<pb::WriteOp> = ops.iter().map(Op::to_proto).collect();
         let resp = self
-            .write_call(&session, |mut kv, s| {
+            .write_call(None, |mut kv, s| {
                 let req = pb::WriteRequest {
                     ops: ops.clone(),
                     session: Some(s),
@@ -865,15 +550,14 @@ impl Client {
 
     /// Read-free update of one key (TokuDB upsert). Applied exactly once even when retried.
     pub async fn upsert(&self, key: impl AsRef<[u8]>, op: UpsertOp) -> Result<ResponseInfo> {
-        let session = self.inner.sessions.begin().await;
-        self.upsert_with_session(&session, key, op).await
+        self.upsert_in(None, key, op).await
     }
 
     /// **Test and tooling use.** A fresh write session (next sequence of this client), kept
     /// outstanding until dropped. With [`Client::upsert_with_session`] a test can send the
     /// same write twice, as a retry after a lost response would.
     pub async fn new_write_session(&self) -> WriteSession {
-        self.inner.sessions.begin().await
+        self.inner.begin_write().await
     }
 
     /// [`Client::upsert`] with a caller-held session: sending it twice with the same session
@@ -881,6 +565,15 @@ impl Client {
     pub async fn upsert_with_session(
         &self,
         session: &WriteSession,
+        key: impl AsRef<[u8]>,
+        op: UpsertOp,
+    ) -> Result<ResponseInfo> {
+        self.upsert_in(Some(session), key, op).await
+    }
+
+    async fn upsert_in(
+        &self,
+        session: Option<&WriteSession>,
         key: impl AsRef<[u8]>,
         op: UpsertOp,
     ) -> Result<ResponseInfo> {
@@ -901,12 +594,11 @@ impl Client {
 
     /// etcd-style transaction: if every compare holds run `success`, else `failure`, atomically.
     pub async fn txn(&self, txn: Txn) -> Result<TxnResult> {
-        let session = self.inner.sessions.begin().await;
         let compare: Vec<pb::Compare> = txn.compares.iter().map(|c| c.to_proto()).collect();
         let success: Vec<pb::TxnOp> = txn.success.iter().map(|o| o.to_proto()).collect();
         let failure: Vec<pb::TxnOp> = txn.failure.iter().map(|o| o.to_proto()).collect();
         let resp = self
-            .write_call(&session, |mut kv, s| {
+            .write_call(None, |mut kv, s| {
                 let req = pb::TxnRequest {
                     compare: compare.clone(),
                     success: success.clone(),
@@ -1101,42 +793,41 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn redirect_hints_skip_self_and_unreachable_endpoints() {
-        let nl = |ep: Option<&str>| Error::NotLeader {
-            leader_id: 2,
-            leader_endpoint: ep.map(String::from),
-        };
-        assert_eq!(
-            redirect_hint(&nl(Some("http://b:2")), "a:1", &[]),
-            Some("b:2".to_string())
-        );
-        assert_eq!(redirect_hint(&nl(Some("a:1")), "a:1", &[]), None);
-        assert_eq!(redirect_hint(&nl(Some("b:2")), "a:1", &["b:2".to_string()]), None);
-        assert_eq!(redirect_hint(&nl(None), "a:1", &[]), None);
-        assert_eq!(redirect_hint(&nl(Some("garbage")), "a:1", &[]), None);
-        assert_eq!(redirect_hint(&Error::NoEndpoints, "a:1", &[]), None);
+    #[tokio::test]
+    async fn a_client_id_is_retired_once_and_sessions_begun_keep_theirs() {
+        let c = Client::builder().endpoints(["a:1"]).build().await.unwrap();
+        let old_id = c.client_id();
+        let held = c.new_write_session().await;
+        assert!(c.inner.retire_client_id(old_id));
+        let new_id = c.client_id();
+        assert_ne!(new_id, old_id);
+        // A second stale answer for the old id (a concurrent write) does not rotate again.
+        assert!(!c.inner.retire_client_id(old_id));
+        assert_eq!(c.client_id(), new_id);
+        assert_eq!(held.client_id(), old_id, "a write begun keeps its id");
+        assert_eq!(held.to_proto().client_id, old_id);
+        let next = c.new_write_session().await;
+        assert_eq!((next.client_id(), next.sequence()), (new_id, 1));
     }
 
     #[test]
-    fn final_error_of_a_maybe_applied_write_is_ambiguous() {
-        let t = Error::Transport {
-            message: "reset".into(),
+    fn attempt_timeout_is_a_quarter_of_the_request_timeout_with_a_floor_and_a_cap() {
+        let config = |request_ms: u64, attempt_ms: Option<u64>| Config {
+            request_timeout: Duration::from_millis(request_ms),
+            attempt_timeout: attempt_ms.map(Duration::from_millis),
+            ..ClientBuilder::default().config
         };
-        assert!(finish_error(CallKind::Write, t.clone(), true).is_ambiguous());
-        assert_eq!(finish_error(CallKind::Write, t.clone(), false), t);
-        assert_eq!(finish_error(CallKind::Read, t.clone(), true), t);
-        let nl = Error::NotLeader {
-            leader_id: 0,
-            leader_endpoint: None,
-        };
-        assert!(finish_error(CallKind::Admin, nl, true).is_ambiguous());
-        let inv = Error::InvalidArgument {
-            message: "x".into(),
-            limit: None,
-        };
-        assert_eq!(finish_error(CallKind::Write, inv.clone(), false), inv);
-        assert!(finish_error(CallKind::Write, inv, true).is_ambiguous());
+        assert_eq!(config(5000, None).attempt_timeout(), Duration::from_millis(1250));
+        assert_eq!(config(400, None).attempt_timeout(), MIN_ATTEMPT_TIMEOUT);
+        assert_eq!(config(100, None).attempt_timeout(), Duration::from_millis(100));
+        assert_eq!(
+            config(5000, Some(300)).attempt_timeout(),
+            Duration::from_millis(300)
+        );
+        assert_eq!(
+            config(1000, Some(9000)).attempt_timeout(),
+            Duration::from_millis(1000)
+        );
     }
 
     #[tokio::test]
@@ -1167,7 +858,7 @@ mod tests {
             .build()
             .await
             .unwrap();
-        let t0 = Instant::now();
+        let t0 = std::time::Instant::now();
         let e = c.put("k", "v").await.unwrap_err();
         assert!(t0.elapsed() < Duration::from_secs(3), "took {:?}", t0.elapsed());
         assert!(

@@ -3,8 +3,12 @@
 //! Every error status an ftkv node sends carries an encoded [`ftkv_proto::v1::ErrorInfo`] in
 //! `Status::details()`; [`classify_status`] decodes it, so a redirect (`NOT_LEADER`), a refused
 //! request and a write of unknown outcome (`AMBIGUOUS`) stay apart. Statuses without an
-//! `ErrorInfo` come from the transport (connection refused or lost, HTTP/2 reset) and are
-//! classified by code and by whether the connection was ever made.
+//! `ErrorInfo` come from the transport or a codec (connection refused or lost, HTTP/2 reset, a
+//! message over the size limit) and are classified by code. Only the server's own refusal
+//! (`ErrorInfo` kind `LIMIT`, `INVALID`, `NOT_LEADER`, `UNAVAILABLE`) or a request the client
+//! knows it never sent (connection never made, [`not_sent`]) means "not applied": a bare
+//! `OUT_OF_RANGE` or `RESOURCE_EXHAUSTED` may come after the write committed (its response was
+//! too large), so a write ending with one is [`Error::Ambiguous`].
 //!
 //! Design source: openraft's split of API errors (`ForwardToLeader` with the leader's address),
 //! and Jepsen's ok / fail / info outcomes: an unknown write is reported as
@@ -162,6 +166,19 @@ pub(crate) struct Failure {
     pub not_applied: bool,
     /// Try the same request again (possibly elsewhere) while the budget lasts.
     pub retry: bool,
+    /// The node answered `StaleSequence`: the write's sequence is below the node's window for
+    /// this client id, so its outcome was forgotten (ambiguous, and so would every retry be).
+    pub stale_session: bool,
+}
+
+/// What a node says of a write whose sequence is below its window for the client
+/// (`CommandResult::StaleSequence`, sent as `KIND_AMBIGUOUS`; node/src/server/kv.rs). `ErrorInfo`
+/// has no field for it, so the message is the signal; an answer that does not match stays a
+/// plain ambiguous one (retried with the same session, as before).
+pub(crate) const STALE_SEQUENCE_MESSAGE: &str = "session sequence is below the server's window";
+
+fn is_stale_sequence(message: &str) -> bool {
+    message.contains(STALE_SEQUENCE_MESSAGE)
 }
 
 /// Decodes the `ErrorInfo` of a status, if it carries one.
@@ -172,11 +189,54 @@ pub(crate) fn error_info(status: &tonic::Status) -> Option<ErrorInfo> {
     ErrorInfo::decode(status.details()).ok()
 }
 
-/// Whether the transport never connected for this status (so the request was never sent).
-fn is_connect_error(status: &tonic::Status) -> bool {
+/// The cause the client attaches to a status of a request it never handed to the transport
+/// (see [`not_sent`]).
+#[derive(Debug, thiserror::Error)]
+#[error("the request was never sent")]
+pub(crate) struct NotSent;
+
+/// An `UNAVAILABLE` status for a request this client never sent (e.g. still queued for a
+/// `Kv.Batch` stream that broke): classified as not applied, and retried.
+pub(crate) fn not_sent(message: impl Into<String>) -> tonic::Status {
+    let mut status = tonic::Status::unavailable(message);
+    status.set_source(std::sync::Arc::new(NotSent));
+    status
+}
+
+/// The cause the client attaches to a status of a request it refused to send because it is
+/// over one of the client's own limits (see [`over_client_limit`]).
+#[derive(Debug, thiserror::Error)]
+#[error("over the client's {limit}")]
+pub(crate) struct OverClientLimit {
+    /// Name of the client setting, e.g. `max_message_bytes`.
+    limit: &'static str,
+}
+
+/// An `INVALID_ARGUMENT` status for a request the client did not send because it is over its
+/// own `limit`: final, and certainly not applied.
+pub(crate) fn over_client_limit(limit: &'static str, message: impl Into<String>) -> tonic::Status {
+    let mut status = tonic::Status::invalid_argument(message);
+    status.set_source(std::sync::Arc::new(OverClientLimit { limit }));
+    status
+}
+
+fn client_limit(status: &tonic::Status) -> Option<&'static str> {
     let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
     while let Some(err) = source {
-        if err.downcast_ref::<tonic::ConnectError>().is_some() {
+        if let Some(over) = err.downcast_ref::<OverClientLimit>() {
+            return Some(over.limit);
+        }
+        source = err.source();
+    }
+    None
+}
+
+/// Whether the request of this status certainly never left the client: the transport never
+/// connected, or the client marked it [`not_sent`].
+fn is_never_sent(status: &tonic::Status) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(err) = source {
+        if err.downcast_ref::<tonic::ConnectError>().is_some() || err.downcast_ref::<NotSent>().is_some() {
             return true;
         }
         source = err.source();
@@ -203,6 +263,17 @@ fn non_empty(s: &str) -> Option<String> {
 /// Maps a gRPC status to the client's error, with what the retry loop needs to know.
 pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
     let message = status.message().to_string();
+    if let Some(limit) = client_limit(status) {
+        return Failure {
+            error: Error::InvalidArgument {
+                message,
+                limit: Some(limit.to_string()),
+            },
+            not_applied: true,
+            retry: false,
+            stale_session: false,
+        };
+    }
     if let Some(info) = error_info(status) {
         let text = if info.message.is_empty() {
             message.clone()
@@ -218,6 +289,7 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
                     },
                     not_applied: true,
                     retry: true,
+                    stale_session: false,
                 }
             }
             Kind::Limit => {
@@ -228,6 +300,7 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
                     },
                     not_applied: true,
                     retry: false,
+                    stale_session: false,
                 }
             }
             Kind::Invalid => {
@@ -238,15 +311,19 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
                     },
                     not_applied: true,
                     retry: false,
+                    stale_session: false,
                 }
             }
             Kind::Ambiguous => {
                 // Retrying with the same session is safe: the node answers a duplicate with
-                // the remembered result instead of applying it again.
+                // the remembered result instead of applying it again. A stale sequence stays
+                // stale (the window only moves up): final.
+                let stale = is_stale_sequence(&text);
                 return Failure {
                     error: Error::Ambiguous { message: text },
                     not_applied: false,
-                    retry: true,
+                    retry: !stale,
+                    stale_session: stale,
                 };
             }
             Kind::NotOnAllReplicas => {
@@ -261,6 +338,7 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
                     },
                     not_applied: false,
                     retry: false,
+                    stale_session: false,
                 }
             }
             Kind::Unavailable => {
@@ -268,14 +346,18 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
                     error: Error::Unavailable { message: text },
                     not_applied: true,
                     retry: true,
+                    stale_session: false,
                 }
             }
             Kind::StorageFault => {
+                // The node may have sent the entry to its followers before its own write
+                // failed: a write in flight can still commit through them.
                 return Failure {
                     error: Error::StorageFault { message: text },
-                    not_applied: true,
+                    not_applied: false,
                     retry: false,
-                }
+                    stale_session: false,
+                };
             }
             Kind::Unspecified => {}
         }
@@ -299,6 +381,8 @@ fn transport_message(status: &tonic::Status) -> String {
     parts.join(": ")
 }
 
+/// A status without the server's `ErrorInfo`: nothing says the server refused it before
+/// applying, so it is "maybe applied" unless the request never left this client.
 fn classify_by_code(status: &tonic::Status, message: String) -> Failure {
     use tonic::Code;
     let message = if status.details().is_empty() {
@@ -307,42 +391,41 @@ fn classify_by_code(status: &tonic::Status, message: String) -> Failure {
         message
     };
     match status.code() {
-        Code::InvalidArgument | Code::OutOfRange => Failure {
-            error: Error::InvalidArgument { message, limit: None },
-            not_applied: true,
-            retry: false,
-        },
-        Code::Unavailable if is_connect_error(status) => Failure {
+        Code::Unavailable if is_never_sent(status) => Failure {
             error: Error::Unavailable { message },
             not_applied: true,
             retry: true,
+            stale_session: false,
         },
-        // No ErrorInfo: the transport broke somewhere after the request may have left.
+        // The transport broke somewhere after the request may have left.
         Code::Unavailable | Code::Unknown | Code::Cancelled => Failure {
             error: Error::Transport { message },
             not_applied: false,
             retry: true,
+            stale_session: false,
         },
         Code::DeadlineExceeded => Failure {
             error: Error::Timeout { elapsed_ms: 0 },
             not_applied: false,
             retry: true,
+            stale_session: false,
         },
-        code @ (Code::Internal | Code::Aborted | Code::DataLoss) => Failure {
-            error: Error::Server {
-                code: format!("{code:?}"),
-                message,
-            },
+        // E.g. a codec's "message length too large", which may be the answer of a committed
+        // write: final (the same request fails again), but not "not applied".
+        Code::InvalidArgument | Code::OutOfRange => Failure {
+            error: Error::InvalidArgument { message, limit: None },
             not_applied: false,
             retry: false,
+            stale_session: false,
         },
         code => Failure {
             error: Error::Server {
                 code: format!("{code:?}"),
                 message,
             },
-            not_applied: true,
+            not_applied: false,
             retry: false,
+            stale_session: false,
         },
     }
 }
@@ -430,6 +513,22 @@ mod tests {
     }
 
     #[test]
+    fn a_stale_sequence_is_final_and_flags_the_session() {
+        let st = status_with(
+            tonic::Code::Unknown,
+            ErrorInfo {
+                message: format!("{STALE_SEQUENCE_MESSAGE} for this client: its outcome was forgotten"),
+                ..info(Kind::Ambiguous)
+            },
+        );
+        let f = classify_status(&st);
+        assert!(f.error.is_ambiguous() && !f.not_applied, "{f:?}");
+        assert!(f.stale_session && !f.retry, "{f:?}");
+        let other = classify_status(&status_with(tonic::Code::Unknown, info(Kind::Ambiguous)));
+        assert!(!other.stale_session && other.retry);
+    }
+
+    #[test]
     fn not_on_all_replicas_reads_the_index_from_the_message() {
         let st = status_with(
             tonic::Code::DeadlineExceeded,
@@ -475,9 +574,54 @@ mod tests {
         );
         let f = classify_status(&tonic::Status::unimplemented("nope"));
         assert!(matches!(f.error, Error::Server { ref code, .. } if code == "Unimplemented"));
-        assert!(f.not_applied && !f.retry);
+        assert!(!f.not_applied && !f.retry);
         let f = classify_status(&tonic::Status::internal("boom"));
         assert!(!f.not_applied && !f.retry);
+    }
+
+    #[test]
+    fn statuses_without_the_servers_error_info_never_mean_not_applied() {
+        // Transport and codec statuses (e.g. a response over the message limit: OUT_OF_RANGE or
+        // RESOURCE_EXHAUSTED) can come after the server committed the write.
+        for code in [
+            tonic::Code::OutOfRange,
+            tonic::Code::InvalidArgument,
+            tonic::Code::ResourceExhausted,
+            tonic::Code::FailedPrecondition,
+            tonic::Code::Unimplemented,
+            tonic::Code::PermissionDenied,
+            tonic::Code::NotFound,
+            tonic::Code::Internal,
+        ] {
+            let f = classify_status(&tonic::Status::new(
+                code,
+                "Error, encoded message length too large",
+            ));
+            assert!(!f.not_applied, "{code:?} without ErrorInfo: {f:?}");
+            let garbage = tonic::Status::with_details(code, "x", vec![0xff, 0xff, 0xff].into());
+            assert!(
+                !classify_status(&garbage).not_applied,
+                "{code:?} with garbage details"
+            );
+            let unspecified = status_with(code, info(Kind::Unspecified));
+            assert!(
+                !classify_status(&unspecified).not_applied,
+                "{code:?} with KIND_UNSPECIFIED"
+            );
+        }
+        // The server's own refusals still mean not applied.
+        for kind in [Kind::Limit, Kind::Invalid, Kind::NotLeader, Kind::Unavailable] {
+            let f = classify_status(&status_with(tonic::Code::InvalidArgument, info(kind)));
+            assert!(f.not_applied, "{kind:?}: {f:?}");
+        }
+    }
+
+    #[test]
+    fn a_storage_fault_leaves_a_write_maybe_applied() {
+        // The node may have failed its own fsync after sending the entry to its followers.
+        let f = classify_status(&status_with(tonic::Code::Internal, info(Kind::StorageFault)));
+        assert!(matches!(f.error, Error::StorageFault { .. }) && !f.retry);
+        assert!(!f.not_applied, "{f:?}");
     }
 
     #[test]
@@ -486,6 +630,21 @@ mod tests {
             tonic::Status::with_details(tonic::Code::InvalidArgument, "x", vec![0xff, 0xff, 0xff].into());
         let f = classify_status(&st);
         assert!(matches!(f.error, Error::InvalidArgument { limit: None, .. }));
+    }
+
+    #[test]
+    fn requests_over_a_client_limit_are_final_and_not_applied() {
+        let f = classify_status(&over_client_limit("max_message_bytes", "request is 9 bytes"));
+        assert_eq!(
+            f.error,
+            Error::InvalidArgument {
+                message: "request is 9 bytes".into(),
+                limit: Some("max_message_bytes".into())
+            }
+        );
+        assert!(f.not_applied && !f.retry);
+        let f = classify_status(&not_sent("queued"));
+        assert!(matches!(f.error, Error::Unavailable { .. }) && f.not_applied && f.retry);
     }
 
     #[test]

@@ -15,7 +15,9 @@
 //! deadline ([`RetryPolicy`]), and tags every write with a session (random client id,
 //! sequence number, lowest outstanding sequence; Raft thesis section 6.3) so a retried write
 //! is applied at most once. A write whose outcome stays unknown is [`Error::Ambiguous`],
-//! never reported as failed.
+//! never reported as failed; a status is read as "not applied" only when the node said so
+//! (its `ErrorInfo`) or the request never left the client. After a `StaleSequence` answer
+//! new writes move to a fresh client id ([`Client::client_id`]).
 //!
 //! Depends on `ftkv-proto` only: no openraft or node types, and no tonic types in the public
 //! API (statuses are converted to [`Error`]).

@@ -364,3 +364,292 @@ async fn calls_go_through_the_batch_stream_and_fall_back_to_unary_on_old_nodes()
         "unsupported is remembered, not retried per call"
     );
 }
+
+#[tokio::test]
+async fn a_committed_write_answered_out_of_range_without_error_info_is_ambiguous() {
+    // What a response over the message limit looks like: the write committed, then the codec
+    // answered OUT_OF_RANGE with no ErrorInfo. Unary and through the batch stream.
+    for batch_requests in [false, true] {
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let mut leader = FakeNode::leader(&shared);
+        leader.fail_after_apply_code = tonic::Code::OutOfRange;
+        leader.fail_after_apply.store(1, Ordering::SeqCst);
+        let ep = serve(leader.clone()).await;
+        let client = Client::builder()
+            .endpoints([&ep])
+            .retry(quick_policy(5))
+            .batch_requests(batch_requests)
+            .build()
+            .await
+            .unwrap();
+        let err = client.put("k", "v").await.unwrap_err();
+        assert!(err.is_ambiguous(), "batch {batch_requests}: {err:?}");
+        assert_eq!(
+            shared.lock().unwrap().kv.get(&b"k"[..]),
+            Some(&b"v".to_vec()),
+            "the write did commit"
+        );
+    }
+}
+
+#[tokio::test]
+async fn after_a_stale_sequence_later_writes_move_to_a_fresh_client_id() {
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let leader = FakeNode::leader(&shared);
+    let ep = serve(leader.clone()).await;
+    let client = Client::builder()
+        .endpoints([&ep])
+        .retry(quick_policy(5))
+        .build()
+        .await
+        .unwrap();
+    client.put("k1", "v1").await.unwrap();
+    let old_id = client.client_id();
+    // A write held in flight across the change of id (a caller-held session).
+    let in_flight = client.new_write_session().await;
+    assert_eq!(in_flight.client_id(), old_id);
+    // The node's window for this id moved past every sequence this client will use (e.g.
+    // another instance with the same id ran far ahead): each write of the old id is stale.
+    shared.lock().unwrap().window_low.insert(old_id, 1_000_000);
+
+    // Stale on its first delivery: certainly not applied, so it is sent again, once, under a
+    // fresh session (new id), and succeeds.
+    let before = leader.requests.load(Ordering::SeqCst);
+    client.put("k2", "v2").await.unwrap();
+    assert_eq!(
+        leader.requests.load(Ordering::SeqCst) - before,
+        2,
+        "stale once, then sent anew"
+    );
+    let new_id = client.client_id();
+    assert_ne!(new_id, old_id, "later writes use a fresh client id");
+    assert_ne!(new_id, 0);
+    client.put("k3", "v3").await.unwrap();
+
+    // The write in flight keeps its old id (re-sending it under a new id could apply it twice).
+    shared.lock().unwrap().window_low.clear();
+    client
+        .upsert_with_session(&in_flight, "c", UpsertOp::Add(1))
+        .await
+        .unwrap();
+
+    let s = shared.lock().unwrap();
+    let by_id = |id: u64| -> Vec<u64> {
+        s.write_sessions
+            .iter()
+            .filter(|x| x.client_id == id)
+            .map(|x| x.sequence)
+            .collect()
+    };
+    // Old id: k1 (1), k2's stale first delivery (3), the held session (2) at the end.
+    assert_eq!(by_id(old_id), vec![1, 3, 2]);
+    assert_eq!(by_id(new_id), vec![1, 2], "k2 and k3, numbered afresh");
+    assert_eq!(s.kv.get(&b"k2"[..]), Some(&b"v2".to_vec()));
+}
+
+#[tokio::test]
+async fn a_stale_answer_to_a_write_that_may_have_applied_is_ambiguous_and_not_resent() {
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let mut leader = FakeNode::leader(&shared);
+    // The first delivery applies, its answer is lost, and the node forgets the result: the
+    // retry (same session) is answered stale.
+    leader.fail_after_apply.store(1, Ordering::SeqCst);
+    leader.forget_after_apply = true;
+    let ep = serve(leader.clone()).await;
+    let client = Client::builder()
+        .endpoints([&ep])
+        .retry(quick_policy(5))
+        .build()
+        .await
+        .unwrap();
+    let old_id = client.client_id();
+    let err = client.upsert("c", UpsertOp::Add(1)).await.unwrap_err();
+    assert!(err.is_ambiguous(), "{err:?}");
+    assert_eq!(
+        leader.requests.load(Ordering::SeqCst),
+        2,
+        "one delivery, one retry answered stale, then no more"
+    );
+    assert_ne!(client.client_id(), old_id, "later writes use a fresh client id");
+    client.upsert("c", UpsertOp::Add(10)).await.unwrap();
+    let s = shared.lock().unwrap();
+    assert_eq!(
+        decode_counter(s.kv.get(&b"c"[..]).unwrap()),
+        Some(11),
+        "the first applied once"
+    );
+    let ids: Vec<u64> = s.write_sessions.iter().map(|x| x.client_id).collect();
+    assert_eq!(
+        ids[..2],
+        [old_id, old_id],
+        "the unknown write never went out under the new id"
+    );
+    assert!(ids[2..].iter().all(|&id| id != old_id));
+}
+
+/// A client whose leader stops answering (SIGSTOP) while another node leads: the call's
+/// deadline equals its request timeout, so a client that gives its first attempt the whole
+/// request timeout never gets to the new leader.
+fn paused_leader_client_policy() -> (Duration, RetryPolicy) {
+    let timeout = Duration::from_secs(4);
+    (
+        timeout,
+        RetryPolicy {
+            max_attempts: 20,
+            initial_backoff: Duration::from_millis(5),
+            max_backoff: Duration::from_millis(20),
+            deadline: timeout,
+        },
+    )
+}
+
+#[tokio::test]
+async fn a_paused_leader_is_left_for_the_new_one_within_the_call() {
+    for batch_requests in [true, false] {
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let (la, a) = bind().await;
+        let old_leader = FakeNode::leader(&shared);
+        serve_on(la, old_leader.clone());
+        let new_leader = FakeNode::follower(2, &a, &shared);
+        let new_ep = serve(new_leader.clone()).await;
+        let (timeout, policy) = paused_leader_client_policy();
+        let client = Client::builder()
+            .endpoints([&a, &new_ep])
+            .request_timeout(timeout)
+            .retry(policy)
+            .batch_requests(batch_requests)
+            .build()
+            .await
+            .unwrap();
+        assert_eq!(client.put("k1", "v1").await.unwrap().node_id, 1);
+        assert_eq!(client.preferred_endpoint(), Some(a.clone()));
+
+        // Node 1 is paused (connection up, nothing answered); node 2 won the election.
+        old_leader.stall_ms.store(u64::MAX, Ordering::SeqCst);
+        new_leader.refusals_before_leading.store(0, Ordering::SeqCst);
+        let asked_before = old_leader.requests.load(Ordering::SeqCst);
+        let info = client.put("k2", "v2").await.unwrap();
+        assert_eq!(
+            info.node_id, 2,
+            "batch {batch_requests}: answered by the new leader"
+        );
+        assert_eq!(client.preferred_endpoint(), Some(new_ep.clone()));
+        assert_eq!(shared.lock().unwrap().kv.get(&b"k2"[..]), Some(&b"v2".to_vec()));
+        // The paused node got the first attempt only (its handler never ran: requests counts
+        // handled requests, so 0 more).
+        assert_eq!(old_leader.requests.load(Ordering::SeqCst), asked_before);
+        // Reads go to the new leader too.
+        assert_eq!(client.get("k2").await.unwrap(), Some(b"v2".to_vec()));
+    }
+}
+
+#[tokio::test]
+async fn while_followers_still_name_the_paused_leader_the_client_asks_them_again() {
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let (la, a) = bind().await;
+    let old_leader = FakeNode::leader(&shared);
+    serve_on(la, old_leader.clone());
+    let follower = FakeNode::follower(2, &a, &shared);
+    let follower_ep = serve(follower.clone()).await;
+    let (timeout, policy) = paused_leader_client_policy();
+    let client = Client::builder()
+        .endpoints([&a, &follower_ep])
+        .request_timeout(timeout)
+        .retry(policy)
+        .build()
+        .await
+        .unwrap();
+    client.put("k1", "v1").await.unwrap();
+    // Node 1 paused; node 2 still names it as leader for three more answers (its election
+    // timeout has not run out), then wins the election.
+    old_leader.stall_ms.store(u64::MAX, Ordering::SeqCst);
+    follower.refusals_before_leading.store(3, Ordering::SeqCst);
+    let follower_before = follower.requests.load(Ordering::SeqCst);
+    let info = client.put("k2", "v2").await.unwrap();
+    assert_eq!(info.node_id, 2);
+    assert_eq!(
+        follower.requests.load(Ordering::SeqCst) - follower_before,
+        4,
+        "three NOT_LEADER answers naming the paused node, then the write"
+    );
+}
+
+#[tokio::test]
+async fn a_slow_leader_that_others_keep_naming_gets_longer_attempts() {
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let (la, a) = bind().await;
+    let slow_leader = FakeNode::leader(&shared);
+    slow_leader.stall_ms.store(500, Ordering::SeqCst);
+    serve_on(la, slow_leader.clone());
+    let follower_ep = serve(FakeNode::follower(2, &a, &shared)).await;
+    let client = Client::builder()
+        .endpoints([&a, &follower_ep])
+        .request_timeout(Duration::from_secs(5))
+        .attempt_timeout(Duration::from_millis(200))
+        .retry(RetryPolicy {
+            max_attempts: 40,
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(100),
+            deadline: Duration::from_secs(10),
+        })
+        .build()
+        .await
+        .unwrap();
+    // Every write takes 500 ms at the leader: attempts of 200 ms, then 400 ms, time out; the
+    // follower keeps naming it, so it is asked again with 800 ms, which is enough.
+    let info = client.upsert("c", UpsertOp::Add(1)).await.unwrap();
+    assert_eq!(info.node_id, 1);
+    assert_eq!(client.preferred_endpoint(), Some(a.clone()));
+    let s = shared.lock().unwrap();
+    assert_eq!(
+        decode_counter(s.kv.get(&b"c"[..]).unwrap()),
+        Some(1),
+        "applied once"
+    );
+    let seqs: Vec<u64> = s.write_sessions.iter().map(|x| x.sequence).collect();
+    assert!(
+        seqs.iter().all(|&q| q == 1),
+        "every attempt under one sequence: {seqs:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_over_the_clients_message_limit_is_refused_unsent_and_batches_stay_under_it() {
+    for batch_requests in [false, true] {
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let leader = FakeNode::leader(&shared);
+        let ep = serve(leader.clone()).await;
+        let client = Client::builder()
+            .endpoints([&ep])
+            .retry(quick_policy(3))
+            .max_message_bytes(64 * 1024)
+            .batch_requests(batch_requests)
+            .build()
+            .await
+            .unwrap();
+        // One request over the limit: never sent, so certainly not applied.
+        let err = client.put("big", vec![7u8; 100 * 1024]).await.unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidArgument { ref limit, .. } if limit.as_deref() == Some("max_message_bytes")),
+            "batch {batch_requests}: {err:?}"
+        );
+        assert_eq!(
+            leader.requests.load(Ordering::SeqCst),
+            0,
+            "nothing reached the node"
+        );
+        // Many concurrent requests that fit one by one but not together: each succeeds (the
+        // batch stream packs them into messages under the limit).
+        let writes: Vec<_> = (0..32u32)
+            .map(|i| {
+                let c = client.clone();
+                tokio::spawn(async move { c.put(format!("k{i}"), vec![i as u8; 12 * 1024]).await })
+            })
+            .collect();
+        for (i, w) in writes.into_iter().enumerate() {
+            let r = w.await.unwrap();
+            assert!(r.is_ok(), "batch {batch_requests}: put {i}: {r:?}");
+        }
+        assert_eq!(shared.lock().unwrap().kv.len(), 32);
+    }
+}

@@ -3,8 +3,8 @@
 //! de-duplication and injectable lost responses.
 #![allow(clippy::unwrap_used, dead_code)]
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,7 +22,16 @@ pub struct Shared {
     pub kv: BTreeMap<Vec<u8>, Vec<u8>>,
     pub applied: HashSet<(u64, u64)>,
     pub write_sessions: Vec<pb::Session>,
+    /// Per client id, the lowest sequence still remembered: lower ones are answered as the
+    /// node answers `StaleSequence` (set it to act as if the results were forgotten).
+    pub window_low: HashMap<u64, u64>,
 }
+
+/// The node's answer to a write whose sequence is below its window (`CommandResult::StaleSequence`
+/// in node/src/server/kv.rs): KIND_AMBIGUOUS with this message.
+pub const STALE_SEQUENCE_MESSAGE: &str =
+    "session sequence is below the server's window for this client: its \
+     outcome was forgotten (start a new client session to keep writing)";
 
 #[derive(Clone)]
 pub struct FakeNode {
@@ -34,6 +43,12 @@ pub struct FakeNode {
     pub requests: Arc<AtomicU32>,
     /// Apply the write, then answer a bare UNAVAILABLE (as a lost connection would) this many times.
     pub fail_after_apply: Arc<AtomicU32>,
+    /// Code of those answers, without ErrorInfo (default UNAVAILABLE; OUT_OF_RANGE is what a
+    /// codec says of a response over the message limit).
+    pub fail_after_apply_code: tonic::Code,
+    /// With `fail_after_apply`: also forget the result (raise the client's window past it),
+    /// so the retry is answered as stale.
+    pub forget_after_apply: bool,
     /// Refuse writes over this many key bytes with a LIMIT error.
     pub max_key_bytes: usize,
     pub members: Arc<Mutex<Vec<pb::Member>>>,
@@ -41,6 +56,12 @@ pub struct FakeNode {
     pub batch_requests: Arc<AtomicU32>,
     /// Answer `Kv.Batch` with UNIMPLEMENTED (an older node): the client must fall back to unary.
     pub batch_unimplemented: bool,
+    /// Every request waits this many milliseconds before it is handled; `u64::MAX` = never
+    /// answered (a node paused with SIGSTOP). 0 = answer at once.
+    pub stall_ms: Arc<AtomicU64>,
+    /// A follower answers NOT_LEADER to this many writes, then acts as the leader (an election
+    /// it wins); `u32::MAX` = stays a follower.
+    pub refusals_before_leading: Arc<AtomicU32>,
 }
 
 impl FakeNode {
@@ -51,10 +72,14 @@ impl FakeNode {
             shared: Arc::clone(shared),
             requests: Arc::default(),
             fail_after_apply: Arc::default(),
+            fail_after_apply_code: tonic::Code::Unavailable,
+            forget_after_apply: false,
             max_key_bytes: 24,
             members: Arc::default(),
             batch_requests: Arc::default(),
             batch_unimplemented: false,
+            stall_ms: Arc::default(),
+            refusals_before_leading: Arc::new(AtomicU32::new(u32::MAX)),
         }
     }
 
@@ -63,6 +88,31 @@ impl FakeNode {
             id,
             follower_hint: Some(hint.to_string()),
             ..Self::leader(shared)
+        }
+    }
+
+    /// Waits as `stall_ms` says (forever for `u64::MAX`).
+    async fn stall(&self) {
+        match self.stall_ms.load(Ordering::SeqCst) {
+            0 => {}
+            u64::MAX => std::future::pending::<()>().await,
+            ms => tokio::time::sleep(Duration::from_millis(ms)).await,
+        }
+    }
+
+    /// Whether this node answers as the leader now (a follower may win an election).
+    fn leads(&self) -> bool {
+        if self.follower_hint.is_none() {
+            return true;
+        }
+        let count_down = |n: u32| (n != 0 && n != u32::MAX).then(|| n - 1);
+        match self
+            .refusals_before_leading
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, count_down)
+        {
+            Ok(_) => false,  // one more refusal
+            Err(0) => true,  // won the election
+            Err(_) => false, // stays a follower
         }
     }
 
@@ -83,8 +133,8 @@ impl FakeNode {
         apply: impl FnOnce(&mut Shared),
     ) -> Result<(), Status> {
         self.requests.fetch_add(1, Ordering::SeqCst);
-        if let Some(hint) = &self.follower_hint {
-            let hint = hint.clone();
+        if !self.leads() {
+            let hint = self.follower_hint.clone().unwrap_or_default();
             return Err(Self::error(
                 pb::error_info::Kind::NotLeader,
                 tonic::Code::FailedPrecondition,
@@ -108,6 +158,15 @@ impl FakeNode {
         {
             let mut shared = self.shared.lock().unwrap();
             shared.write_sessions.push(session);
+            if session.client_id != 0
+                && session.sequence < shared.window_low.get(&session.client_id).copied().unwrap_or(0)
+            {
+                return Err(Self::error(
+                    pb::error_info::Kind::Ambiguous,
+                    tonic::Code::Unknown,
+                    |i| i.message = STALE_SEQUENCE_MESSAGE.into(),
+                ));
+            }
             if session.client_id == 0 || shared.applied.insert((session.client_id, session.sequence)) {
                 apply(&mut shared);
             }
@@ -116,7 +175,16 @@ impl FakeNode {
             .fail_after_apply
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
         if inject.is_ok() {
-            return Err(Status::unavailable("connection reset by peer"));
+            if self.forget_after_apply {
+                let mut shared = self.shared.lock().unwrap();
+                let low = shared.window_low.entry(session.client_id).or_insert(0);
+                *low = (*low).max(session.sequence + 1);
+            }
+            let message = match self.fail_after_apply_code {
+                tonic::Code::Unavailable => "connection reset by peer",
+                _ => "Error, encoded message length too large",
+            };
+            return Err(Status::new(self.fail_after_apply_code, message));
         }
         Ok(())
     }
@@ -205,6 +273,7 @@ impl Kv for FakeNode {
     }
 
     async fn get(&self, request: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
+        self.stall().await;
         self.requests.fetch_add(1, Ordering::SeqCst);
         let req = request.into_inner();
         let value = self.shared.lock().unwrap().kv.get(&req.key).cloned();
@@ -216,6 +285,7 @@ impl Kv for FakeNode {
     }
 
     async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
+        self.stall().await;
         let req = request.into_inner();
         self.write(&req.key, req.session, |s| {
             s.kv.insert(req.key.clone(), req.value.clone());
@@ -229,6 +299,7 @@ impl Kv for FakeNode {
         &self,
         request: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
+        self.stall().await;
         let req = request.into_inner();
         self.write(&req.key, req.session, |s| {
             s.kv.remove(&req.key);
@@ -239,6 +310,7 @@ impl Kv for FakeNode {
     }
 
     async fn scan(&self, request: Request<pb::ScanRequest>) -> Result<Response<pb::ScanResponse>, Status> {
+        self.stall().await;
         self.requests.fetch_add(1, Ordering::SeqCst);
         let req = request.into_inner();
         let limit = if req.limit == 0 { 1000 } else { req.limit as usize };
@@ -271,6 +343,7 @@ impl Kv for FakeNode {
     }
 
     async fn write(&self, request: Request<pb::WriteRequest>) -> Result<Response<pb::WriteResponse>, Status> {
+        self.stall().await;
         let req = request.into_inner();
         self.write(b"batch", req.session, |s| {
             for op in &req.ops {
@@ -285,6 +358,7 @@ impl Kv for FakeNode {
     }
 
     async fn txn(&self, _request: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
+        self.stall().await;
         Err(Status::unimplemented("fake"))
     }
 
@@ -292,6 +366,7 @@ impl Kv for FakeNode {
         &self,
         request: Request<pb::UpsertRequest>,
     ) -> Result<Response<pb::UpsertResponse>, Status> {
+        self.stall().await;
         let req = request.into_inner();
         self.write(&req.key, req.session, |s| {
             if let Some(pb::upsert_op::Op::Add(n)) = req.op.and_then(|o| o.op) {
