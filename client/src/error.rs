@@ -11,7 +11,6 @@
 //! [`Error::Ambiguous`], never as failed.
 
 use ftkv_proto::v1::{error_info::Kind, ErrorInfo};
-use prost::Message;
 
 /// Result alias of the client library.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -164,12 +163,11 @@ pub(crate) struct Failure {
     pub retry: bool,
 }
 
-/// Decodes the `ErrorInfo` of a status, if it carries one.
+/// Decodes the `ErrorInfo` of a status, if it carries one: the `ftkv.v1.ErrorInfo` detail of
+/// the `google.rpc.Status` in its details (or a bare `ErrorInfo`, as older nodes sent). Batch
+/// item errors carry the same bytes in `ItemError.details`.
 pub(crate) fn error_info(status: &tonic::Status) -> Option<ErrorInfo> {
-    if status.details().is_empty() {
-        return None;
-    }
-    ErrorInfo::decode(status.details()).ok()
+    ftkv_proto::status_details::decode(status.details())
 }
 
 /// Whether the transport never connected for this status (so the request was never sent).
@@ -349,6 +347,8 @@ fn classify_by_code(status: &tonic::Status, message: String) -> Failure {
 
 #[cfg(test)]
 mod tests {
+    use prost::Message;
+
     use super::*;
 
     fn status_with(code: tonic::Code, info: ErrorInfo) -> tonic::Status {
