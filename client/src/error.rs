@@ -15,7 +15,6 @@
 //! [`Error::Ambiguous`], never as failed.
 
 use ftkv_proto::v1::{error_info::Kind, ErrorInfo};
-use prost::Message;
 
 /// Result alias of the client library.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -181,12 +180,11 @@ fn is_stale_sequence(message: &str) -> bool {
     message.contains(STALE_SEQUENCE_MESSAGE)
 }
 
-/// Decodes the `ErrorInfo` of a status, if it carries one.
+/// Decodes the `ErrorInfo` of a status, if it carries one: the `ftkv.v1.ErrorInfo` detail of
+/// the `google.rpc.Status` in its details (or a bare `ErrorInfo`, as older nodes sent). Batch
+/// item errors carry the same bytes in `ItemError.details`.
 pub(crate) fn error_info(status: &tonic::Status) -> Option<ErrorInfo> {
-    if status.details().is_empty() {
-        return None;
-    }
-    ErrorInfo::decode(status.details()).ok()
+    ftkv_proto::status_details::decode(status.details())
 }
 
 /// The cause the client attaches to a status of a request it never handed to the transport
@@ -432,6 +430,8 @@ fn classify_by_code(status: &tonic::Status, message: String) -> Failure {
 
 #[cfg(test)]
 mod tests {
+    use prost::Message;
+
     use super::*;
 
     fn status_with(code: tonic::Code, info: ErrorInfo) -> tonic::Status {

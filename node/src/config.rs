@@ -13,6 +13,9 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::AckPolicy;
 use crate::limits::Limits;
 
+pub mod server;
+pub use server::ServerConfig;
+
 /// Errors while building the configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -72,6 +75,8 @@ pub struct Config {
     pub batch: BatchConfig,
     /// Request limits.
     pub limits: Limits,
+    /// Connections on every port.
+    pub server: ServerConfig,
     /// Test-only switches that break guarantees on purpose (for the fault harness canaries).
     pub testing: TestingConfig,
 }
@@ -93,6 +98,7 @@ impl Default for Config {
             raft: RaftConfig::default(),
             batch: BatchConfig::default(),
             limits: Limits::default(),
+            server: ServerConfig::default(),
             testing: TestingConfig::default(),
         }
     }
@@ -434,19 +440,15 @@ impl Config {
                 "engine.cache_size must be at least 1MiB".into(),
             ));
         }
-        let largest_pair = self.limits.max_key_bytes.as_u64() + self.limits.max_value_bytes.as_u64();
-        if self.limits.max_batch_bytes.as_u64() < largest_pair {
-            return Err(ConfigError::Invalid(format!(
-                "limits.max_batch_bytes ({}) must hold one largest key + value ({})",
-                exact_size(self.limits.max_batch_bytes.as_u64()),
-                exact_size(largest_pair)
-            )));
-        }
-        if self.limits.max_batch_ops == 0 || self.limits.max_key_bytes.as_u64() == 0 {
-            return Err(ConfigError::Invalid(
-                "limits.max_batch_ops and limits.max_key_bytes must be >= 1".into(),
-            ));
-        }
+        let largest_peer_entry_bytes = self
+            .batch
+            .max_bytes
+            .as_u64()
+            .max(self.limits.max_batch_bytes.as_u64());
+        self.limits
+            .validate(self.raft.peer_max_message_size.as_u64(), largest_peer_entry_bytes)
+            .map_err(ConfigError::Invalid)?;
+        self.server.validate()?;
         if self.log.segment_size.as_u64() < 64 * 1024 {
             return Err(ConfigError::Invalid(
                 "log.segment_size must be at least 64KiB".into(),
@@ -573,7 +575,47 @@ mod tests {
         assert_eq!(cfg.raft, defaults.raft);
         assert_eq!(cfg.batch, defaults.batch);
         assert_eq!(cfg.limits, defaults.limits);
+        assert_eq!(cfg.server, defaults.server);
         assert_eq!(cfg.testing, defaults.testing);
+    }
+
+    #[test]
+    fn nonsensical_limits_are_refused_naming_the_option() {
+        let refused = |toml: &str, option: &str| {
+            let err = Config::from_toml(toml)
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(option), "{toml:?}: {err}");
+        };
+        refused("[limits]\nmax_value_bytes = \"0B\"\n", "limits.max_value_bytes");
+        refused("[limits]\nmax_key_bytes = \"0B\"\n", "limits.max_key_bytes");
+        refused("[limits]\nmax_batch_ops = 0\n", "limits.max_batch_ops");
+        refused(
+            "[limits]\nmax_value_bytes = \"8MiB\"\nmax_batch_bytes = \"16MiB\"\n",
+            "limits.max_value_bytes",
+        );
+        refused(
+            "[limits]\nmax_batch_bytes = \"512KiB\"\n",
+            "limits.max_batch_bytes",
+        );
+        refused(
+            "[limits]\nmax_batch_bytes = \"128MiB\"\n",
+            "limits.max_batch_bytes",
+        );
+        refused(
+            "[raft]\npeer_max_message_size = \"1MiB\"\n",
+            "raft.peer_max_message_size",
+        );
+        refused("[batch]\nmax_bytes = \"80MiB\"\n", "raft.peer_max_message_size");
+        refused(
+            "[server]\nhandshake_timeout_ms = 0\n",
+            "server.handshake_timeout_ms",
+        );
+        // at the edges: a largest pair that just fits a response
+        let cfg = Config::from_toml("[limits]\nmax_value_bytes = \"2MiB\"\n").unwrap();
+        cfg.validate().unwrap();
     }
 
     #[test]

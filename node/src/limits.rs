@@ -1,7 +1,9 @@
 //! Every request limit in one place (TigerBeetle's "put a limit on everything").
 //!
 //! Requests over a limit are refused with `INVALID_ARGUMENT` naming the limit (e.g.
-//! `max_key_bytes`); nothing is truncated. Defaults follow etcd's spirit (etcd caps requests at
+//! `max_key_bytes`); nothing is truncated. The limits are checked against each other and the
+//! message sizes at start ([`Limits::validate`]): a node refuses to start with limits under
+//! which a request could be accepted but never replicated or read back. Defaults follow etcd's spirit (etcd caps requests at
 //! 1.5 MiB) scaled for batched writes. All are configurable under `[limits]` in the node config.
 
 use serde::{Deserialize, Serialize};
@@ -22,15 +24,28 @@ pub const MAX_SCAN_LIMIT: u32 = 100_000;
 /// that every response fits in the 4 MiB a stock gRPC client accepts by default, with room for
 /// the framing. Reads beyond it are refused or paged, never cut short silently.
 pub const MAX_RESPONSE_BYTES: usize = 3 * 1024 * 1024;
-/// A Scan page stops after this many key + value bytes (at least one pair is returned), so a
-/// page always fits in a gRPC message whatever the value sizes.
-pub const MAX_SCAN_PAGE_BYTES: usize = 8 * 1024 * 1024;
+/// Largest response message the client server sends, encoded: 4 MiB, the default decoding
+/// limit of a stock gRPC client. Unary answers and `Kv.Batch` messages are checked against it
+/// before they are sent (a batch splits its answers over messages); an answer that cannot fit
+/// is refused with `max_response_message_bytes` named, never cut by the transport.
+pub const MAX_RESPONSE_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+/// Largest request message the client server accepts, encoded: a largest batch plus framing.
+/// Beyond it tonic's codec refuses the message; the node answers `RESOURCE_EXHAUSTED` with an
+/// `ErrorInfo` naming `max_request_message_bytes`.
+pub const MAX_REQUEST_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+/// Room kept for protobuf framing on top of payload bytes: a `max_batch_bytes` batch must fit
+/// in a request message and a peer message, and one largest pair in a response.
+pub const FRAMING_ALLOWANCE_BYTES: u64 = 64 * 1024;
 
 // A batch must hold at least one largest key + value, or single writes would be refused.
 const _: () = assert!(DEFAULT_MAX_BATCH_BYTES >= DEFAULT_MAX_KEY_BYTES + DEFAULT_MAX_VALUE_BYTES);
 const _: () = assert!(DEFAULT_SCAN_LIMIT <= MAX_SCAN_LIMIT);
-// One largest pair must fit in a page, and a page in the client server's message limit.
-const _: () = assert!(MAX_SCAN_PAGE_BYTES as u64 >= DEFAULT_MAX_KEY_BYTES + DEFAULT_MAX_VALUE_BYTES);
+// One largest pair must fit in a response (a Get, a Scan page), and a response in a message.
+const _: () = assert!(
+    MAX_RESPONSE_BYTES as u64 >= DEFAULT_MAX_KEY_BYTES + DEFAULT_MAX_VALUE_BYTES + FRAMING_ALLOWANCE_BYTES
+);
+const _: () = assert!(MAX_RESPONSE_BYTES < MAX_RESPONSE_MESSAGE_BYTES);
+const _: () = assert!(DEFAULT_MAX_BATCH_BYTES + FRAMING_ALLOWANCE_BYTES <= MAX_REQUEST_MESSAGE_BYTES as u64);
 
 /// Request limits (config section `[limits]`; sizes in human units such as `"16KiB"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,6 +106,69 @@ impl LimitError {
 }
 
 impl Limits {
+    /// Checks the limits against each other and against the node's message sizes, so that
+    /// every request they let through can be sent, replicated and read back: each is at least
+    /// 1; a batch holds one largest key + value; one largest pair fits in a response a stock
+    /// client reads ([`MAX_RESPONSE_BYTES`]); a largest batch fits in a request message
+    /// ([`MAX_REQUEST_MESSAGE_BYTES`]) and, as one Raft entry of up to `largest_entry_bytes`,
+    /// in a peer message of `peer_max_message_bytes`. The error names the option to change.
+    pub fn validate(&self, peer_max_message_bytes: u64, largest_entry_bytes: u64) -> Result<(), String> {
+        let key = self.max_key_bytes.as_u64();
+        let value = self.max_value_bytes.as_u64();
+        let batch = self.max_batch_bytes.as_u64();
+        let size = crate::config::exact_size;
+        for (name, v) in [
+            ("limits.max_key_bytes", key),
+            ("limits.max_value_bytes", value),
+            ("limits.max_batch_bytes", batch),
+            ("limits.max_batch_ops", self.max_batch_ops),
+        ] {
+            if v == 0 {
+                return Err(format!("{name} must be >= 1"));
+            }
+        }
+        let largest_pair = key + value;
+        if largest_pair + FRAMING_ALLOWANCE_BYTES > MAX_RESPONSE_BYTES as u64 {
+            return Err(format!(
+                "limits.max_value_bytes ({}) + limits.max_key_bytes ({}) must fit in one response \
+                 of {} less {} of framing (what a stock gRPC client reads), or a largest value \
+                 could be written and never read",
+                size(value),
+                size(key),
+                size(MAX_RESPONSE_BYTES as u64),
+                size(FRAMING_ALLOWANCE_BYTES)
+            ));
+        }
+        if batch < largest_pair {
+            return Err(format!(
+                "limits.max_batch_bytes ({}) must hold one largest key + value ({})",
+                size(batch),
+                size(largest_pair)
+            ));
+        }
+        if batch + FRAMING_ALLOWANCE_BYTES > MAX_REQUEST_MESSAGE_BYTES as u64 {
+            return Err(format!(
+                "limits.max_batch_bytes ({}) must fit in one request message of {} less {} of \
+                 framing",
+                size(batch),
+                size(MAX_REQUEST_MESSAGE_BYTES as u64),
+                size(FRAMING_ALLOWANCE_BYTES)
+            ));
+        }
+        let entry = largest_entry_bytes.max(batch);
+        if entry + FRAMING_ALLOWANCE_BYTES > peer_max_message_bytes {
+            return Err(format!(
+                "raft.peer_max_message_size ({}) must hold one largest Raft entry (the larger of \
+                 limits.max_batch_bytes and batch.max_bytes, {}) plus {} of framing, or such a \
+                 write could never be replicated",
+                size(peer_max_message_bytes),
+                size(entry),
+                size(FRAMING_ALLOWANCE_BYTES)
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks one key.
     pub fn check_key(&self, key: &[u8]) -> Result<(), LimitError> {
         if key.is_empty() {

@@ -120,6 +120,38 @@ pub fn cluster_config(config: &Config) -> ClusterConfig {
     }
 }
 
+/// Raises the descriptor limit and derives each port's connection cap from it and `[server]`
+/// (so that every port at its cap leaves `server.file_descriptor_reserve` descriptors free).
+fn connection_options(config: &Config) -> anyhow::Result<crate::server::ConnectionOptions> {
+    let server = &config.server;
+    let ports = if config.listen_status.is_empty() { 2 } else { 3 };
+    let max_connections = match crate::server::conn::raise_nofile_limit() {
+        Ok(nofile) => {
+            let cap = server.connections_per_port(nofile, ports)?;
+            tracing::info!(
+                nofile,
+                reserve = server.file_descriptor_reserve,
+                max_connections_per_port = cap,
+                "connection limits"
+            );
+            cap
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read RLIMIT_NOFILE; using server.max_connections_per_port as it is");
+            server.max_connections_per_port
+        }
+    };
+    Ok(crate::server::ConnectionOptions {
+        limits: crate::server::conn::ConnectionLimits {
+            max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
+            idle_timeout: Duration::from_millis(server.idle_timeout_ms),
+            handshake_timeout: Duration::from_millis(server.handshake_timeout_ms),
+        },
+        keepalive_interval: Duration::from_millis(server.keepalive_interval_ms),
+        keepalive_timeout: Duration::from_millis(server.keepalive_timeout_ms),
+    })
+}
+
 /// Runs a node until SIGTERM/SIGINT.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     config.validate()?;
@@ -128,6 +160,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
         .context("cannot install the metrics recorder")?;
+    let connections = connection_options(&config)?;
 
     // Bind every port before starting Raft, so a taken port fails fast.
     let client_listener = crate::server::bind(&config.listen_client, "clients").await?;
@@ -158,14 +191,20 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let peer_task = tokio::spawn(crate::server::serve_peer(
         peer_listener,
         cluster.clone(),
+        connections,
         stopped(stop_rx.clone()),
     ));
     let client_task = tokio::spawn(crate::server::serve_client(
         client_listener,
         cluster.clone(),
         config.limits,
+        connections,
         stopped(stop_rx.clone()),
     ));
+    let status_listener = status_listener
+        .map(|l| crate::server::conn::GuardedListener::new(l, connections.limits, "status"))
+        .transpose()
+        .context("cannot serve status HTTP")?;
     let status_task = status_listener.map(|l| {
         tokio::spawn(crate::server::status_http::serve(
             l,

@@ -1,8 +1,9 @@
-//! The one mapping from internal errors to gRPC statuses. Every status carries an encoded
-//! `ftkv.v1.ErrorInfo` in its details so clients can tell a redirect from an ambiguous write.
+//! The one mapping from internal errors to gRPC statuses. Every status carries an
+//! `ftkv.v1.ErrorInfo` in its details so clients can tell a redirect from an ambiguous write:
+//! wrapped as the one `Any` of a `google.rpc.Status` ([`ftkv_proto::status_details`]), the
+//! standard `grpc-status-details-bin` encoding that stock gRPC tooling decodes.
 
 use ftkv_proto::v1::{error_info::Kind, ErrorInfo};
-use prost::Message;
 use tonic::{Code, Status};
 
 use crate::cluster::ClusterError;
@@ -10,8 +11,8 @@ use crate::limits::LimitError;
 
 /// Builds a status with an `ErrorInfo` detail.
 pub fn status(code: Code, info: ErrorInfo) -> Status {
-    let message = info.message.clone();
-    Status::with_details(code, message, info.encode_to_vec().into())
+    let details = ftkv_proto::status_details::encode(code as i32, &info.message, &info);
+    Status::with_details(code, info.message, details.into())
 }
 
 fn info(kind: Kind, message: String) -> ErrorInfo {
@@ -27,6 +28,67 @@ pub fn limit(err: &LimitError) -> Status {
     let mut i = info(Kind::Limit, err.to_string());
     i.limit = err.limit_name().to_string();
     status(Code::InvalidArgument, i)
+}
+
+/// Whether `status` is tonic's refusal of a received message over the decoding limit (its codec
+/// says `OUT_OF_RANGE` "decoded message length too large", or `RESOURCE_EXHAUSTED` when a
+/// compressed message inflates past it).
+pub fn is_decode_size_limit(status: &Status) -> bool {
+    let message = status.message();
+    (status.code() == Code::OutOfRange && message.contains("decoded message length too large"))
+        || (status.code() == Code::ResourceExhausted && message.contains("size limit"))
+}
+
+/// A request message over the server's decoding limit: `RESOURCE_EXHAUSTED` with KIND_LIMIT
+/// naming `max_request_message_bytes`, and tonic's own text (it holds both sizes).
+pub fn request_too_large(transport_message: &str) -> Status {
+    let mut i = info(
+        Kind::Limit,
+        format!(
+            "request message over the server's limit max_request_message_bytes = {}: \
+             {transport_message}",
+            crate::limits::MAX_REQUEST_MESSAGE_BYTES
+        ),
+    );
+    i.limit = "max_request_message_bytes".into();
+    status(Code::ResourceExhausted, i)
+}
+
+/// Why a `Kv.Batch` request stream could not be read further: a message over the decoding
+/// limit is [`request_too_large`]; anything else (garbage, a broken stream) `INVALID_ARGUMENT`.
+pub fn broken_request_stream(cause: &Status) -> Status {
+    if is_decode_size_limit(cause) {
+        return request_too_large(cause.message());
+    }
+    invalid(format!(
+        "the batch request stream could not be read further ({}: {}); every item taken before \
+         was answered",
+        cause.code(),
+        cause.message()
+    ))
+}
+
+/// An answer of `bytes` encoded bytes, over what any response message may carry
+/// (`max_response_message_bytes`, what a stock gRPC client accepts). For a read nothing was
+/// applied: `RESOURCE_EXHAUSTED` with KIND_LIMIT. An answer to a request that wrote (a Txn
+/// with writes) must not claim the writes were not applied: `UNKNOWN` with KIND_AMBIGUOUS.
+pub fn response_too_large(what: &str, bytes: usize, wrote: bool) -> Status {
+    let limit = crate::limits::MAX_RESPONSE_MESSAGE_BYTES;
+    if wrote {
+        return ambiguous(format!(
+            "{what} is {bytes} bytes, over the limit max_response_message_bytes = {limit}; its \
+             writes may have been applied (read fewer keys per request)"
+        ));
+    }
+    let mut i = info(
+        Kind::Limit,
+        format!(
+            "{what} is {bytes} bytes, over the limit max_response_message_bytes = {limit} \
+             (read fewer keys per request)"
+        ),
+    );
+    i.limit = "max_response_message_bytes".into();
+    status(Code::ResourceExhausted, i)
 }
 
 /// A malformed request: `INVALID_ARGUMENT`.
@@ -75,6 +137,8 @@ pub fn cluster(err: ClusterError) -> Status {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use prost::Message;
+
     use super::*;
 
     #[test]
@@ -84,17 +148,29 @@ mod tests {
             leader_client_addr: Some("h:1".into()),
         });
         assert_eq!(s.code(), Code::FailedPrecondition);
-        let i = ErrorInfo::decode(s.details()).unwrap();
+        let i = ftkv_proto::status_details::decode(s.details()).unwrap();
         assert_eq!(i.kind, Kind::NotLeader as i32);
         assert_eq!(i.leader_endpoint, "h:1");
         assert_eq!(i.leader_id, 2);
     }
 
     #[test]
+    fn error_info_travels_in_a_google_rpc_status() {
+        let s = limit(&LimitError::EmptyKey);
+        let rpc = tonic_types::Status::decode(s.details()).unwrap();
+        assert_eq!(rpc.code, Code::InvalidArgument as i32);
+        assert_eq!(rpc.message, s.message());
+        assert_eq!(rpc.details.len(), 1);
+        assert_eq!(rpc.details[0].type_url, "type.googleapis.com/ftkv.v1.ErrorInfo");
+        let i = ErrorInfo::decode(rpc.details[0].value.as_slice()).unwrap();
+        assert_eq!(i.limit, "empty_key");
+    }
+
+    #[test]
     fn limit_names_the_limit() {
         let s = limit(&LimitError::EmptyKey);
         assert_eq!(s.code(), Code::InvalidArgument);
-        let i = ErrorInfo::decode(s.details()).unwrap();
+        let i = ftkv_proto::status_details::decode(s.details()).unwrap();
         assert_eq!(i.limit, "empty_key");
     }
 }

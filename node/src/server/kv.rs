@@ -10,8 +10,29 @@ use tonic::{Request, Response, Status};
 
 use super::convert::{self, BatchSize};
 use super::errors;
-use crate::cluster::{ClusterNode, Command, CommandResult};
-use crate::limits::{Limits, DEFAULT_SCAN_LIMIT, MAX_SCAN_LIMIT, MAX_SCAN_PAGE_BYTES};
+use crate::cluster::{ClusterNode, Command, CommandResult, TxnOp};
+use crate::limits::{
+    Limits, DEFAULT_SCAN_LIMIT, MAX_RESPONSE_BYTES, MAX_RESPONSE_MESSAGE_BYTES, MAX_SCAN_LIMIT,
+};
+
+/// Protobuf framing of one `KeyValue` in a Scan page at most (two field tags and lengths, the
+/// repeated field's tag and length), counted with its bytes so a page of many tiny pairs fits too.
+const PAIR_FRAMING_BYTES: usize = 16;
+
+/// Room for wrapping a unary answer as a `Kv.Batch` item (item id, oneof tag and length, the
+/// repeated field's tag and length): a unary answer that fits leaves its batch item fitting too.
+const BATCH_ITEM_FRAMING_BYTES: usize = 32;
+
+/// Refuses an answer whose encoding would be over [`MAX_RESPONSE_MESSAGE_BYTES`] (so neither
+/// the transport nor a stock client's 4 MiB decoding limit ever cuts it); `wrote`: the request
+/// applied writes, which the error must not deny.
+fn fit<M: prost::Message>(what: &str, answer: M, wrote: bool) -> Result<Response<M>, Status> {
+    let bytes = answer.encoded_len();
+    if bytes + BATCH_ITEM_FRAMING_BYTES > MAX_RESPONSE_MESSAGE_BYTES {
+        return Err(errors::response_too_large(what, bytes, wrote));
+    }
+    Ok(Response::new(answer))
+}
 
 /// The Kv service of one node.
 #[derive(Clone)]
@@ -114,11 +135,12 @@ impl Kv for KvService {
         let index = self.barrier(req.consistency).await?;
         let key = req.key;
         let value = self.blocking(move |e| e.get(&key)).await?;
-        Ok(Response::new(pb::GetResponse {
+        let answer = pb::GetResponse {
             header: self.header(index),
             found: value.is_some(),
             value: value.unwrap_or_default(),
-        }))
+        };
+        fit("the Get answer", answer, false)
     }
 
     async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
@@ -169,11 +191,12 @@ impl Kv for KvService {
             .await?;
         let mut more = pairs.len() > limit;
         pairs.truncate(limit);
-        // Cut the page by bytes too (at least one pair), so it always fits in a message.
+        // Cut the page by bytes too (at least one pair), framing included, so it always fits
+        // in what a stock gRPC client accepts (`more` and `next_start` carry on from there).
         let mut page_bytes = 0usize;
         if let Some(cut) = pairs.iter().position(|(k, v)| {
-            page_bytes += k.len() + if keys_only { 0 } else { v.len() };
-            page_bytes > MAX_SCAN_PAGE_BYTES
+            page_bytes += k.len() + if keys_only { 0 } else { v.len() } + PAIR_FRAMING_BYTES;
+            page_bytes > MAX_RESPONSE_BYTES
         }) {
             let keep = cut.max(1);
             if keep < pairs.len() {
@@ -196,12 +219,13 @@ impl Kv for KvService {
                 value: if keys_only { Vec::new() } else { value },
             })
             .collect();
-        Ok(Response::new(pb::ScanResponse {
+        let answer = pb::ScanResponse {
             header: self.header(index),
             kvs,
             more,
             next_start,
-        }))
+        };
+        fit("the Scan page", answer, false)
     }
 
     async fn write(&self, request: Request<pb::WriteRequest>) -> Result<Response<pb::WriteResponse>, Status> {
@@ -241,6 +265,10 @@ impl Kv for KvService {
             .map(|o| convert::txn_op(&self.limits, o, &mut size))
             .collect::<Result<Vec<_>, _>>()?;
         size.check(&self.limits)?;
+        let wrote = success
+            .iter()
+            .chain(failure.iter())
+            .any(|op| matches!(op, TxnOp::Write(_)));
         let session = convert::session(req.session)?;
         let (result, index) = self
             .propose(Command::Txn {
@@ -262,11 +290,12 @@ impl Kv for KvService {
                 value: r.unwrap_or_default(),
             })
             .collect();
-        Ok(Response::new(pb::TxnResponse {
+        let answer = pb::TxnResponse {
             header: self.header(index),
             succeeded,
             results,
-        }))
+        };
+        fit(&format!("the Txn answer (log index {index})"), answer, wrote)
     }
 
     async fn upsert(

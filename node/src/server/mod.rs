@@ -2,24 +2,29 @@
 //! server reflection), the peer gRPC server (`ftkv.raft.v1.Raft`, from [`crate::cluster`]) and
 //! the status HTTP server (`/metrics` in Prometheus format, `/livez`, `/readyz`).
 //!
-//! This is the only layer that formats gRPC statuses ([`errors`]).
+//! This is the only layer that formats gRPC statuses ([`errors`]). Every listener accepts
+//! through [`conn`] (a connection cap per port, handshake and idle timeouts, accept that
+//! survives descriptor exhaustion); both gRPC servers send HTTP/2 keepalive pings, so half-open
+//! connections are closed after `keepalive_timeout`.
 
 pub mod batch;
 pub mod cluster_svc;
+pub mod conn;
 pub mod convert;
 pub mod errors;
 pub mod kv;
 pub mod status_http;
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 
 use crate::cluster::ClusterNode;
-use crate::limits::Limits;
+use crate::limits::{Limits, MAX_RESPONSE_MESSAGE_BYTES};
 
-/// Largest gRPC message the client server accepts or sends (a max batch plus framing).
-pub const CLIENT_MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+/// Largest gRPC message the client server accepts (a max batch plus framing).
+pub const CLIENT_MAX_MESSAGE_BYTES: usize = crate::limits::MAX_REQUEST_MESSAGE_BYTES;
 
 /// Binds `addr` (fails at once with the address in the message when it is taken).
 pub async fn bind(addr: &str, what: &str) -> anyhow::Result<TcpListener> {
@@ -29,11 +34,30 @@ pub async fn bind(addr: &str, what: &str) -> anyhow::Result<TcpListener> {
     Ok(listener)
 }
 
+/// How the gRPC servers treat connections (from `[server]`, the cap derived at start).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionOptions {
+    /// Cap and timeouts of each port.
+    pub limits: conn::ConnectionLimits,
+    /// HTTP/2 keepalive ping interval.
+    pub keepalive_interval: Duration,
+    /// A connection whose keepalive ping is not answered within this is closed.
+    pub keepalive_timeout: Duration,
+}
+
+fn builder(options: &ConnectionOptions) -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .http2_keepalive_interval(Some(options.keepalive_interval))
+        .http2_keepalive_timeout(Some(options.keepalive_timeout))
+}
+
 /// Serves the client API on `listener` until `shutdown` resolves.
 pub async fn serve_client(
     listener: TcpListener,
     cluster: ClusterNode,
     limits: Limits,
+    options: ConnectionOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -45,41 +69,66 @@ pub async fn serve_client(
         .build_v1()?;
     let kv = ftkv_proto::v1::kv_server::KvServer::new(kv::KvService::new(cluster.clone(), limits))
         .max_decoding_message_size(CLIENT_MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(CLIENT_MAX_MESSAGE_BYTES);
+        .max_encoding_message_size(MAX_RESPONSE_MESSAGE_BYTES);
     let cluster_svc =
         ftkv_proto::v1::cluster_server::ClusterServer::new(cluster_svc::ClusterService::new(cluster))
             .max_decoding_message_size(CLIENT_MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(CLIENT_MAX_MESSAGE_BYTES);
-    tonic::transport::Server::builder()
-        .tcp_nodelay(true)
+            .max_encoding_message_size(MAX_RESPONSE_MESSAGE_BYTES);
+    builder(&options)
+        .layer(tower::util::MapResponseLayer::new(size_limit_details))
         .add_service(health_service)
         .add_service(reflection)
         .add_service(kv)
         .add_service(cluster_svc)
-        .serve_with_incoming_shutdown(incoming(listener), shutdown)
+        .serve_with_incoming_shutdown(
+            conn::incoming(conn::accept_loop(listener, options.limits, "client")),
+            shutdown,
+        )
         .await?;
     Ok(())
 }
 
-/// Serves the peer API on `listener` until `shutdown` resolves.
+/// Gives tonic's bare refusal of a request over the decoding limit (a trailers-only answer with
+/// `OUT_OF_RANGE` and no details) the node's `RESOURCE_EXHAUSTED` with an `ErrorInfo` naming
+/// the limit ([`errors::request_too_large`]); every other response passes untouched. (A
+/// `Kv.Batch` stream's oversized message is answered by the batch driver itself.)
+fn size_limit_details<B>(
+    mut response: tonic::codegen::http::Response<B>,
+) -> tonic::codegen::http::Response<B> {
+    let headers = response.headers_mut();
+    if !headers.contains_key("grpc-status") || headers.contains_key("grpc-status-details-bin") {
+        return response;
+    }
+    let Some(status) = tonic::Status::from_header_map(headers) else {
+        return response;
+    };
+    if !errors::is_decode_size_limit(&status) {
+        return response;
+    }
+    headers.remove("grpc-message");
+    if let Err(e) = errors::request_too_large(status.message()).add_header(headers) {
+        tracing::warn!(error = %e, "cannot encode a size-limit status");
+    }
+    response
+}
+
+/// Serves the peer API on `listener` until `shutdown` resolves. Accepted connections get
+/// `TCP_NODELAY` in [`conn::accept_loop`] (`Server::tcp_nodelay` applies only to listeners
+/// tonic binds itself; without it small responses wait for the peer's delayed ACK).
 pub async fn serve_peer(
     listener: TcpListener,
     cluster: ClusterNode,
+    options: ConnectionOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    tonic::transport::Server::builder()
-        .tcp_nodelay(true)
+    builder(&options)
         .add_service(cluster.peer_service())
-        .serve_with_incoming_shutdown(incoming(listener), shutdown)
+        .serve_with_incoming_shutdown(
+            conn::incoming(conn::accept_loop(listener, options.limits, "peer")),
+            shutdown,
+        )
         .await?;
     Ok(())
-}
-
-/// Accepted connections of `listener` with `TCP_NODELAY` set. `Server::tcp_nodelay` applies
-/// only to listeners tonic binds itself: without this, small responses wait for the peer's
-/// delayed ACK (Nagle), adding ~40 ms to a share of the calls under load.
-fn incoming(listener: TcpListener) -> tonic::transport::server::TcpIncoming {
-    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
 /// Local address of a bound listener, for logs.

@@ -8,7 +8,6 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
-use tokio::net::TcpListener;
 
 use crate::cluster::ClusterNode;
 
@@ -20,7 +19,7 @@ struct AppState {
 
 /// Serves until `shutdown` resolves.
 pub async fn serve(
-    listener: TcpListener,
+    listener: super::conn::GuardedListener,
     cluster: ClusterNode,
     metrics: PrometheusHandle,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
