@@ -103,8 +103,16 @@ pub fn approx_size_bytes(command: &Command) -> usize {
         }
     }
     32 + match command {
-        Command::Write { ops, .. } => ops.iter().map(write_size).sum::<usize>(),
+        Command::Write { ops, .. } | Command::LimitedWrite { ops, .. } => {
+            ops.iter().map(write_size).sum::<usize>()
+        }
         Command::Txn {
+            compares,
+            success,
+            failure,
+            ..
+        }
+        | Command::LimitedTxn {
             compares,
             success,
             failure,

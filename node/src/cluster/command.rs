@@ -2,6 +2,15 @@
 //! results. These types are the contract between `server/` (which builds them from proto
 //! requests) and `cluster/` (which replicates and applies them). Serialized with serde inside
 //! Raft entries and snapshots, so enum variants are only ever appended.
+//!
+//! **Limits travel with the command.** What the state machine checks at apply time (the size an
+//! `Append` may grow a value to, the bytes a Txn's reads may return) must be the same on every
+//! replica, whatever each replica's own config file says. So the node that proposes a command
+//! stamps its limits into it ([`ApplyLimits`], in [`Command::LimitedWrite`] and
+//! [`Command::LimitedTxn`], what the server proposes); every replica applies the command under
+//! exactly the limits in the log entry. The original `Write` and `Txn` variants (entries written
+//! before the limits were stamped) apply unchecked, as they were applied when first committed,
+//! so replaying an old log gives the state it gave then.
 
 use ftkv_engine::{UpsertOp, WriteOp};
 use serde::{Deserialize, Serialize};
@@ -84,17 +93,31 @@ pub enum TxnOp {
     },
 }
 
+/// Limits the proposing node stamps into a command (see the module docs); every replica checks
+/// these, never its own config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApplyLimits {
+    /// Largest value an `Append` (single key or range) may leave: `limits.max_value_bytes` of
+    /// the proposer.
+    pub max_value_bytes: u64,
+    /// Most value bytes the gets of the Txn branch that runs may return
+    /// (`crate::limits::MAX_RESPONSE_BYTES` of the proposer).
+    pub max_response_bytes: u64,
+}
+
 /// A replicated command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
-    /// Atomic batch of writes (Put, Delete, Upsert, Write RPCs).
+    /// Atomic batch of writes, applied without apply-time limits (entries from before
+    /// [`Command::LimitedWrite`]; tests).
     Write {
         /// Exactly-once identity, `None` when the client sent none.
         session: Option<Session>,
         /// Ops applied atomically in order.
         ops: Vec<WriteOp>,
     },
-    /// etcd-style transaction, evaluated atomically at apply time.
+    /// etcd-style transaction, evaluated atomically at apply time, without apply-time limits
+    /// (entries from before [`Command::LimitedTxn`]; tests).
     Txn {
         /// Exactly-once identity.
         session: Option<Session>,
@@ -105,13 +128,116 @@ pub enum Command {
         /// Branch run otherwise.
         failure: Vec<TxnOp>,
     },
+    /// Atomic batch of writes (Put, Delete, Upsert, Write RPCs) under the proposer's limits: an
+    /// append that would grow a value past `limits.max_value_bytes` refuses the whole batch
+    /// ([`CommandResult::ValueTooLarge`]).
+    LimitedWrite {
+        /// Exactly-once identity, `None` when the client sent none.
+        session: Option<Session>,
+        /// Ops applied atomically in order.
+        ops: Vec<WriteOp>,
+        /// The proposer's limits.
+        limits: ApplyLimits,
+    },
+    /// etcd-style transaction under the proposer's limits: an append over
+    /// `limits.max_value_bytes` ([`CommandResult::ValueTooLarge`]) or gets returning more than
+    /// `limits.max_response_bytes` ([`CommandResult::ResponseTooLarge`]) refuse the whole Txn,
+    /// none of its writes applied.
+    LimitedTxn {
+        /// Exactly-once identity.
+        session: Option<Session>,
+        /// All must hold for `success` to run, else `failure` runs.
+        compares: Vec<Compare>,
+        /// Branch run when every compare holds.
+        success: Vec<TxnOp>,
+        /// Branch run otherwise.
+        failure: Vec<TxnOp>,
+        /// The proposer's limits.
+        limits: ApplyLimits,
+    },
+}
+
+/// What a command does, apart from its session and limits (see [`Command::into_parts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CommandBody {
+    /// A batch of writes.
+    Write(Vec<WriteOp>),
+    /// A transaction.
+    Txn {
+        /// Guards.
+        compares: Vec<Compare>,
+        /// Branch run when every compare holds.
+        success: Vec<TxnOp>,
+        /// Branch run otherwise.
+        failure: Vec<TxnOp>,
+    },
 }
 
 impl Command {
+    /// A write under `limits` (what the server proposes).
+    pub fn write(session: Option<Session>, ops: Vec<WriteOp>, limits: ApplyLimits) -> Command {
+        Command::LimitedWrite { session, ops, limits }
+    }
+
+    /// A transaction under `limits` (what the server proposes).
+    pub fn txn(
+        session: Option<Session>,
+        compares: Vec<Compare>,
+        success: Vec<TxnOp>,
+        failure: Vec<TxnOp>,
+        limits: ApplyLimits,
+    ) -> Command {
+        Command::LimitedTxn {
+            session,
+            compares,
+            success,
+            failure,
+            limits,
+        }
+    }
+
     /// The session of this command, if any.
     pub fn session(&self) -> Option<Session> {
         match self {
-            Command::Write { session, .. } | Command::Txn { session, .. } => *session,
+            Command::Write { session, .. }
+            | Command::Txn { session, .. }
+            | Command::LimitedWrite { session, .. }
+            | Command::LimitedTxn { session, .. } => *session,
+        }
+    }
+
+    /// The limits stamped in the command (`None`: an unlimited `Write` or `Txn`) and its body.
+    pub(crate) fn into_parts(self) -> (Option<ApplyLimits>, CommandBody) {
+        match self {
+            Command::Write { ops, .. } => (None, CommandBody::Write(ops)),
+            Command::LimitedWrite { ops, limits, .. } => (Some(limits), CommandBody::Write(ops)),
+            Command::Txn {
+                compares,
+                success,
+                failure,
+                ..
+            } => (
+                None,
+                CommandBody::Txn {
+                    compares,
+                    success,
+                    failure,
+                },
+            ),
+            Command::LimitedTxn {
+                compares,
+                success,
+                failure,
+                limits,
+                ..
+            } => (
+                Some(limits),
+                CommandBody::Txn {
+                    compares,
+                    success,
+                    failure,
+                },
+            ),
         }
     }
 }
@@ -139,17 +265,57 @@ pub enum CommandResult {
     /// The session's sequence was already used by a different command (fingerprints differ): a
     /// client bug. Not applied.
     SequenceReused,
+    /// An append would have grown a value past the command's `max_value_bytes`: the whole
+    /// command was refused, none of its writes applied.
+    ValueTooLarge {
+        /// Index of the refused op in the write batch or the Txn branch that ran.
+        op_index: u64,
+        /// Size the value would have had.
+        value_bytes: u64,
+        /// The limit (`ApplyLimits::max_value_bytes`).
+        max_value_bytes: u64,
+    },
+    /// The gets of the Txn branch that ran would return more than the command's
+    /// `max_response_bytes`: the Txn was refused, none of its writes applied.
+    ResponseTooLarge {
+        /// Value bytes of the gets up to and including the one that went over.
+        response_bytes: u64,
+        /// The limit (`ApplyLimits::max_response_bytes`).
+        max_response_bytes: u64,
+    },
+}
+
+impl CommandResult {
+    /// True for the results of a command refused under its limits
+    /// ([`CommandResult::ValueTooLarge`], [`CommandResult::ResponseTooLarge`]): none of its
+    /// writes was applied.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            CommandResult::ValueTooLarge { .. } | CommandResult::ResponseTooLarge { .. }
+        )
+    }
 }
 
 impl Command {
     /// 64-bit fingerprint of what the command does, excluding its session (a retry may carry a
-    /// higher `first_incomplete`): xxh3-64 of `postcard((tag, body))`, tag 0 = `Write(ops)`,
-    /// 1 = `Txn(compares, success, failure)`. Deterministic across replicas and builds with the
-    /// same serde shapes. Used to detect a sequence reused for a different command.
+    /// higher `first_incomplete`) and its limits (a retry may reach a leader configured
+    /// otherwise): xxh3-64 of `postcard((tag, body))`, tag 0 = `Write(ops)` / `LimitedWrite`,
+    /// 1 = `Txn(compares, success, failure)` / `LimitedTxn`. Deterministic across replicas and
+    /// builds with the same serde shapes. Used to detect a sequence reused for a different
+    /// command.
     pub fn fingerprint(&self) -> u64 {
         let encoded = match self {
-            Command::Write { ops, .. } => postcard::to_stdvec(&(0u8, ops)),
+            Command::Write { ops, .. } | Command::LimitedWrite { ops, .. } => {
+                postcard::to_stdvec(&(0u8, ops))
+            }
             Command::Txn {
+                compares,
+                success,
+                failure,
+                ..
+            }
+            | Command::LimitedTxn {
                 compares,
                 success,
                 failure,

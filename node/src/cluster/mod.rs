@@ -15,6 +15,7 @@
 // openraft's storage traits fix the (large) `StorageError` type of our adapters.
 #![allow(clippy::result_large_err)]
 
+mod apply;
 mod batcher;
 pub mod command;
 mod crash_point;

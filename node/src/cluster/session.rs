@@ -111,7 +111,9 @@ fn value_bytes(result: &CommandResult) -> u64 {
         CommandResult::Written
         | CommandResult::StaleSequence
         | CommandResult::TooLargeToKeep
-        | CommandResult::SequenceReused => 0,
+        | CommandResult::SequenceReused
+        | CommandResult::ValueTooLarge { .. }
+        | CommandResult::ResponseTooLarge { .. } => 0,
     }
 }
 

@@ -7,6 +7,8 @@
 //!   (etcd issue 13766 class).
 //! - Transactions are evaluated at apply time against the engine **plus the ops already gathered
 //!   in this round** (an overlay), so a txn sees the writes of earlier commands in its own entry.
+//!   Commands run under the limits stamped into them (append sizes, Txn read bytes): see
+//!   `apply.rs`, the apply path.
 //! - `build_snapshot` forces `Engine::checkpoint` and writes exactly the checkpointed state to
 //!   `snapshots/current.snap` while holding the apply lock; openraft purges the log only up to a
 //!   snapshot, so the log (the write-ahead log) is never purged past a durable checkpoint.
@@ -19,24 +21,22 @@
 //!   of a snapshot install leaves the log and the engine consistent: openraft queues the purge of
 //!   what a received snapshot covers before the state machine has installed it.
 
-use std::collections::HashMap;
 #[cfg(test)]
 use std::path::Path;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use ftkv_engine::ops::{apply_broadcast, in_range};
-use ftkv_engine::{apply_upsert, Engine, EngineError, WriteOp};
+use ftkv_engine::{Engine, EngineError};
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, ErrorSubject, OptionalSend};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use super::command::{Command, CommandResult, TxnOp};
+use super::apply::{apply_command, ApplyBatch};
 use super::crash_point;
 use super::log_store::{decode_versioned, encode_versioned};
-use super::session::{SessionCheck, SessionTable};
+use super::session::SessionTable;
 use super::snapshot::{SnapshotDir, SnapshotFile, CURRENT_FILE};
 use super::types::{
     read_error, write_error, Entry, EntryResults, LogId, Snapshot, SnapshotMeta, StorageError,
@@ -229,137 +229,6 @@ impl Shared {
         let index = state.last_applied.map_or(0, |l| l.index);
         self.durable.send_modify(|d| d.index = d.index.max(index));
     }
-}
-
-/// Data ops gathered in one apply round, with an index so transactions can read through them.
-struct ApplyBatch<'a> {
-    engine: &'a dyn Engine,
-    ops: Vec<WriteOp>,
-    /// `ops[..indexed]` are in `point` / `ranges` (built lazily: write-only rounds never index).
-    indexed: usize,
-    point: HashMap<Vec<u8>, Vec<usize>>,
-    ranges: Vec<usize>,
-}
-
-impl<'a> ApplyBatch<'a> {
-    fn new(engine: &'a dyn Engine) -> Self {
-        ApplyBatch {
-            engine,
-            ops: Vec::new(),
-            indexed: 0,
-            point: HashMap::new(),
-            ranges: Vec::new(),
-        }
-    }
-
-    fn push(&mut self, op: WriteOp) {
-        self.ops.push(op);
-    }
-
-    fn catch_up_index(&mut self) {
-        for (i, op) in self.ops.iter().enumerate().skip(self.indexed) {
-            match op {
-                WriteOp::Put { key, .. } | WriteOp::Delete { key } | WriteOp::Upsert { key, .. } => {
-                    self.point.entry(key.clone()).or_default().push(i)
-                }
-                WriteOp::DeleteRange { .. } | WriteOp::UpsertRange { .. } => self.ranges.push(i),
-            }
-        }
-        self.indexed = self.ops.len();
-    }
-
-    /// Value of `key` after every op gathered so far.
-    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
-        self.catch_up_index();
-        let mut value = self.engine.get(key)?;
-        let mut touching: Vec<usize> = self.point.get(key).map(|v| v.to_vec()).unwrap_or_default();
-        touching.extend(self.ranges.iter().copied());
-        touching.sort_unstable();
-        for i in touching {
-            if let Some(op) = self.ops.get(i) {
-                value = apply_op(value, op, key);
-            }
-        }
-        Ok(value)
-    }
-}
-
-/// The value of `key` after `op` (which is known to name `key` or a range).
-fn apply_op(value: Option<Vec<u8>>, op: &WriteOp, key: &[u8]) -> Option<Vec<u8>> {
-    match op {
-        WriteOp::Put { value: v, .. } => Some(v.clone()),
-        WriteOp::Delete { .. } => None,
-        WriteOp::Upsert { op, .. } => apply_upsert(value.as_deref(), op),
-        WriteOp::DeleteRange { start, end } => {
-            if in_range(key, start, end.as_deref()) {
-                None
-            } else {
-                value
-            }
-        }
-        WriteOp::UpsertRange { start, end, op } => match value {
-            Some(v) if in_range(key, start, end.as_deref()) => Some(apply_broadcast(&v, op)),
-            other => other,
-        },
-    }
-}
-
-/// Applies one command: session check, execution into `batch`, session record.
-fn apply_command(
-    batch: &mut ApplyBatch<'_>,
-    sessions: &mut SessionTable,
-    command: Command,
-    log_index: u64,
-) -> Result<CommandResult, EngineError> {
-    let session = command.session();
-    // Fingerprint only commands with a session (it costs one re-encoding of the command).
-    let fingerprint = session.map_or(0, |_| command.fingerprint());
-    if let Some(s) = &session {
-        match sessions.check(s, fingerprint, log_index) {
-            SessionCheck::Fresh => {}
-            SessionCheck::Duplicate(result) => return Ok(result),
-            SessionCheck::Stale => return Ok(CommandResult::StaleSequence),
-        }
-    }
-    let result = match command {
-        Command::Write { ops, .. } => {
-            for op in ops {
-                batch.push(op);
-            }
-            CommandResult::Written
-        }
-        Command::Txn {
-            compares,
-            success,
-            failure,
-            ..
-        } => {
-            let mut succeeded = true;
-            for compare in &compares {
-                let current = batch.get(&compare.key)?;
-                if !compare.holds(current.as_deref()) {
-                    succeeded = false;
-                    break;
-                }
-            }
-            let branch = if succeeded { success } else { failure };
-            let mut results = Vec::with_capacity(branch.len());
-            for op in branch {
-                match op {
-                    TxnOp::Write(w) => {
-                        batch.push(w);
-                        results.push(None);
-                    }
-                    TxnOp::Get { key } => results.push(batch.get(&key)?),
-                }
-            }
-            CommandResult::Txn { succeeded, results }
-        }
-    };
-    if let Some(s) = &session {
-        sessions.record(s, fingerprint, &result, log_index);
-    }
-    Ok(result)
 }
 
 fn apply_entries(shared: &Shared, entries: Vec<Entry>) -> Result<Vec<EntryResults>, StorageError> {
@@ -570,10 +439,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::cluster::command::{upsert, Compare, CompareOp, CompareTarget, Session};
+    use crate::cluster::command::Command;
+    use crate::cluster::command::{upsert, CommandResult, Compare, CompareOp, CompareTarget, Session, TxnOp};
     use crate::cluster::types::EntryCommands;
     use ftkv_engine::model::ModelEngine;
     use ftkv_engine::UpsertOp;
+    use ftkv_engine::WriteOp;
 
     fn entry(index: u64, commands: Vec<Command>) -> Entry {
         Entry {

@@ -1,13 +1,70 @@
-//! Proto requests → validated cluster commands. All validation against [`Limits`] happens
-//! here, before anything is proposed.
+//! Proto requests → validated cluster commands, and command results → statuses. All
+//! validation against [`Limits`] that needs no data happens here, before anything is proposed;
+//! what depends on the data (the size an append leaves, the bytes a Txn reads) is checked by the
+//! state machine under the limits stamped into the command ([`apply_limits`]) and comes back as
+//! a refusal ([`refusal`]).
 
 use ftkv_engine::{UpsertOp, WriteOp};
 use ftkv_proto::v1 as pb;
 use tonic::Status;
 
 use super::errors;
-use crate::cluster::{Compare, CompareOp, CompareTarget, Session, TxnOp};
-use crate::limits::Limits;
+use crate::cluster::command::ApplyLimits;
+use crate::cluster::{CommandResult, Compare, CompareOp, CompareTarget, Session, TxnOp};
+use crate::limits::{LimitError, Limits, MAX_RESPONSE_BYTES};
+
+/// Config name of the Txn read limit ([`MAX_RESPONSE_BYTES`], not configurable) in errors.
+pub const MAX_RESPONSE_BYTES_NAME: &str = "max_response_bytes";
+
+/// The limits this node stamps into the commands it proposes: its `max_value_bytes` and
+/// [`MAX_RESPONSE_BYTES`]. Every replica applies a command under these, not its own config.
+pub fn apply_limits(limits: &Limits) -> ApplyLimits {
+    ApplyLimits {
+        max_value_bytes: limits.max_value_bytes.as_u64(),
+        max_response_bytes: MAX_RESPONSE_BYTES as u64,
+    }
+}
+
+/// The status of a command the state machine refused under its limits (`INVALID_ARGUMENT`
+/// with an ErrorInfo naming the limit: nothing was applied, retrying it unchanged fails
+/// again), or `None` for any other result.
+pub fn refusal(result: &CommandResult) -> Option<Status> {
+    let (err, detail) = match *result {
+        CommandResult::ValueTooLarge {
+            op_index,
+            value_bytes,
+            max_value_bytes,
+        } => (
+            LimitError::Over {
+                limit: "max_value_bytes",
+                what: "value size in bytes after the append",
+                actual: value_bytes,
+                max: max_value_bytes,
+            },
+            format!("op {op_index} of the request"),
+        ),
+        CommandResult::ResponseTooLarge {
+            response_bytes,
+            max_response_bytes,
+        } => (
+            LimitError::Over {
+                limit: MAX_RESPONSE_BYTES_NAME,
+                what: "value bytes the txn's gets would return",
+                actual: response_bytes,
+                max: max_response_bytes,
+            },
+            "read fewer keys per txn".to_string(),
+        ),
+        _ => return None,
+    };
+    let info = pb::ErrorInfo {
+        kind: pb::error_info::Kind::Limit as i32,
+        message: format!("{err} ({detail}); nothing was applied"),
+        limit: err.limit_name().to_string(),
+        ..Default::default()
+    };
+    Some(errors::status(tonic::Code::InvalidArgument, info))
+}
 
 /// Running size of a batch being validated.
 #[derive(Default)]

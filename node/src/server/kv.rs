@@ -73,6 +73,10 @@ impl KvService {
 
     async fn propose(&self, command: Command) -> Result<(CommandResult, u64), Status> {
         let (result, index) = self.cluster.write(command).await.map_err(errors::cluster)?;
+        // Refused by the state machine under the limits stamped in the command: not applied.
+        if let Some(status) = convert::refusal(&result) {
+            return Err(status);
+        }
         match result {
             CommandResult::StaleSequence => {
                 // The original outcome was applied or refused, then forgotten: unknown here.
@@ -99,7 +103,8 @@ impl KvService {
 
     async fn write_ops(&self, session: Option<pb::Session>, ops: Vec<WriteOp>) -> Result<u64, Status> {
         let session = convert::session(session)?;
-        let (_, index) = self.propose(Command::Write { session, ops }).await?;
+        let limits = convert::apply_limits(&self.limits);
+        let (_, index) = self.propose(Command::write(session, ops, limits)).await?;
         Ok(index)
     }
 
@@ -271,12 +276,13 @@ impl Kv for KvService {
             .any(|op| matches!(op, TxnOp::Write(_)));
         let session = convert::session(req.session)?;
         let (result, index) = self
-            .propose(Command::Txn {
+            .propose(Command::txn(
                 session,
                 compares,
                 success,
                 failure,
-            })
+                convert::apply_limits(&self.limits),
+            ))
             .await?;
         let CommandResult::Txn { succeeded, results } = result else {
             return Err(Status::internal(format!(
