@@ -8,9 +8,12 @@
 //! Only `cluster` names openraft types; nothing below `server` formats a gRPC status. This crate
 //! never depends on the engine's internals (only the `Engine` trait).
 
+pub mod check_config;
 pub mod cluster;
 pub mod config;
 pub mod limits;
+pub mod notify;
 pub mod playground;
 pub mod run;
 pub mod server;
+pub mod telemetry;

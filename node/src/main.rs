@@ -36,6 +36,8 @@ enum Command {
     Playground(ftkv_node::playground::PlaygroundArgs),
     /// Check the engine's on-disk invariants offline (the node must be stopped).
     Check(RunArgs),
+    /// Check the merged configuration (file < environment < flags) without starting the node.
+    CheckConfig(RunArgs),
 }
 
 /// Flags of `run` (each also settable by the environment variable shown in `--help`).
@@ -50,6 +52,10 @@ struct RunArgs {
     /// Node id (>= 1).
     #[arg(long, env = "FTKV_ID")]
     id: Option<u64>,
+    /// Take the node id from the hostname's ordinal, as in a StatefulSet: ftkv-0 is node 1
+    /// ($HOSTNAME, else the kernel's host name).
+    #[arg(long, env = "FTKV_ID_FROM_HOSTNAME", conflicts_with = "id")]
+    id_from_hostname: bool,
     /// Data directory.
     #[arg(long, env = "FTKV_DATA_DIR")]
     data_dir: Option<PathBuf>,
@@ -115,6 +121,9 @@ impl RunArgs {
         };
         if let Some(v) = self.id {
             c.id = v;
+        }
+        if self.id_from_hostname {
+            c.id = ftkv_node::check_config::id_from_hostname(&ftkv_node::check_config::hostname())?;
         }
         if let Some(v) = &self.data_dir {
             c.data_dir = v.clone();
@@ -217,6 +226,14 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
                 report.height,
                 config.data_dir.display()
             );
+            Ok(())
+        }
+        Some(Command::CheckConfig(args)) => {
+            let report = ftkv_node::check_config::check(&args.config()?)?;
+            for line in report.lines {
+                println!("{line}");
+            }
+            println!("ok");
             Ok(())
         }
         Some(Command::Run(args)) => run_node(args),

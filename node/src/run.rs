@@ -69,7 +69,18 @@ fn open_fractal(
 /// cleaner period. With `testing.lose_unsynced_on_kill` the fractal engine runs over
 /// `ftkv_vfs::UnsyncedBufferVfs` (the sled engine does its own I/O and is not covered).
 pub fn open_engine(config: &Config) -> anyhow::Result<Arc<dyn ftkv_engine::Engine>> {
+    open_engine_metered(config).map(|(engine, _)| engine)
+}
+
+/// [`open_engine`], measured: the engine wrapped in [`crate::telemetry::engine::MeteredEngine`],
+/// the fractal engine's files written through a [`crate::telemetry::vfs::MeteredVfs`], and its
+/// cache size probed.
+pub fn open_engine_metered(
+    config: &Config,
+) -> anyhow::Result<(Arc<dyn ftkv_engine::Engine>, crate::telemetry::EngineMeters)> {
+    use crate::telemetry::{engine::MeteredEngine, vfs, EngineMeters};
     let opts = engine_options(config);
+    let mut meters = EngineMeters::default();
     let opened = if config.engine.kind == ftkv_engine::EngineKind::Fractal {
         let vfs: Arc<dyn ftkv_vfs::Vfs> = if config.testing.lose_unsynced_on_kill {
             let latency = std::time::Duration::from_millis(config.testing.lose_unsynced_sync_latency_ms);
@@ -77,18 +88,35 @@ pub fn open_engine(config: &Config) -> anyhow::Result<Arc<dyn ftkv_engine::Engin
         } else {
             ftkv_vfs::RealVfs::new()
         };
-        open_fractal(config, vfs, config.engine.cleaner_period())
-            .map(|e| Arc::new(e) as Arc<dyn ftkv_engine::Engine>)
+        let disk = vfs::DiskMeter::new(
+            crate::telemetry::ENGINE_DISK_BYTES_WRITTEN_TOTAL,
+            crate::telemetry::ENGINE_FSYNC_DURATION_SECONDS,
+        );
+        meters.disk = Some(disk.clone());
+        open_fractal(
+            config,
+            vfs::MeteredVfs::wrap(vfs, disk),
+            config.engine.cleaner_period(),
+        )
+        .map(|e| {
+            let engine = Arc::new(e);
+            let probe = engine.clone();
+            meters.cache_bytes = Some(Arc::new(move || probe.cached_bytes() as u64));
+            engine as Arc<dyn ftkv_engine::Engine>
+        })
     } else {
         ftkv_engine::open_engine(config.engine.kind, &opts)
     };
-    opened.with_context(|| {
-        format!(
-            "cannot open the {} engine in {}",
-            config.engine.kind.as_str(),
-            opts.dir.display()
-        )
-    })
+    let opened = opened.map(|engine| MeteredEngine::wrap(engine, meters.logical_bytes.clone()));
+    opened
+        .with_context(|| {
+            format!(
+                "cannot open the {} engine in {}",
+                config.engine.kind.as_str(),
+                opts.dir.display()
+            )
+        })
+        .map(|engine| (engine, meters))
 }
 
 /// The cluster layer's view of the config.
@@ -157,9 +185,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     config.validate()?;
     let lock = DataDirLock::acquire(&config.data_dir)?;
     tracing::info!(id = config.id, data_dir = %config.data_dir.display(), lock = %lock.path().display(), "starting ftkv-node");
-    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .install_recorder()
-        .context("cannot install the metrics recorder")?;
+    let metrics = crate::telemetry::install_recorder(config.engine.kind.as_str())?;
     let connections = connection_options(&config)?;
 
     // Bind every port before starting Raft, so a taken port fails fast.
@@ -171,13 +197,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         Some(crate::server::bind(&config.listen_status, "status HTTP").await?)
     };
 
-    let engine = {
+    let (engine, engine_meters) = {
         let cfg = config.clone();
-        tokio::task::spawn_blocking(move || open_engine(&cfg)).await??
+        tokio::task::spawn_blocking(move || open_engine_metered(&cfg)).await??
     };
+    let telemetry =
+        crate::telemetry::Telemetry::new(&config.data_dir, config.engine.cache_size.as_u64(), engine_meters);
     let cluster = ClusterNode::start(cluster_config(&config), engine)
         .await
         .context("cannot start Raft")?;
+    let readiness = crate::server::readiness::Readiness::new(cluster.clone());
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
@@ -199,6 +228,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         cluster.clone(),
         config.limits,
         connections,
+        readiness.clone(),
         stopped(stop_rx.clone()),
     ));
     let status_listener = status_listener
@@ -210,6 +240,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             l,
             cluster.clone(),
             metrics,
+            telemetry.clone(),
+            readiness.clone(),
             stopped(stop_rx.clone()),
         ))
     });
@@ -242,6 +274,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         }
     }
 
+    // Every port serves: tell systemd (Type=notify; nothing without NOTIFY_SOCKET).
+    crate::notify::ready(config.id);
+
     let mut tasks_done = false;
     let raft_stopped = {
         let c = cluster.clone();
@@ -273,6 +308,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             }
         }
     }
+    readiness.begin_drain();
+    crate::notify::stopping();
     let _ = stop_tx.send(true);
     if let Err(e) = cluster.shutdown().await {
         tracing::error!(error = %e, "shutdown of the Raft node failed");

@@ -215,7 +215,13 @@ async fn propose(
         replies.push(p.reply);
     }
     let started = std::time::Instant::now();
+    let pending = metrics::gauge!(crate::telemetry::PROPOSALS_PENDING);
+    pending.increment(1.0);
     let outcome = propose_entry(&raft, &config, commands).await;
+    pending.decrement(1.0);
+    if outcome.is_err() {
+        metrics::counter!(crate::telemetry::PROPOSALS_FAILED_TOTAL).increment(1);
+    }
     drop(permit);
     metrics::histogram!("ftkv_batch_entry_commit_seconds").record(started.elapsed());
     let (results, index) = match outcome {

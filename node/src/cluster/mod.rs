@@ -10,7 +10,8 @@
 //! `peer_server` (peer service) behind `peer_guard` (what a peer message may claim), `batcher`
 //! (proposal batching), `reads` (coalesced ReadIndex), `membership` (changes and their rules, the
 //! watch that rolls joint configurations forward) with `removal` (a removed node stops
-//! campaigning), `crash_point` (TEST ONLY named crash points).
+//! campaigning), `observe` (leader changes, leader contact, the read-path check of `/readyz`),
+//! `crash_point` (TEST ONLY named crash points).
 
 // openraft's storage traits fix the (large) `StorageError` type of our adapters.
 #![allow(clippy::result_large_err)]
@@ -24,6 +25,7 @@ mod identity;
 mod log_store;
 mod membership;
 mod network;
+mod observe;
 mod peer_guard;
 mod peer_server;
 mod reads;
@@ -208,6 +210,8 @@ struct Inner {
     refusals: removal::Refusals,
     /// Set while peers refuse this node as removed (see `removal`).
     removed: std::sync::atomic::AtomicBool,
+    /// When a leader last reached this node (see `observe`).
+    contact: Arc<observe::LeaderContact>,
     stopped: std::sync::atomic::AtomicBool,
 }
 
@@ -264,7 +268,11 @@ impl ClusterNode {
         };
         let log = {
             let dir = log_dir.clone();
-            let vfs = vfs.clone();
+            let meter = crate::telemetry::vfs::DiskMeter::new(
+                crate::telemetry::WAL_WRITE_BYTES_TOTAL,
+                crate::telemetry::WAL_FSYNC_DURATION_SECONDS,
+            );
+            let vfs = crate::telemetry::vfs::MeteredVfs::wrap(vfs.clone(), meter);
             tokio::task::spawn_blocking(move || ftkv_log::Log::open(vfs, &dir, log_options))
                 .await
                 .map_err(|e| ClusterError::Storage(format!("opening the log: {e}")))?
@@ -328,6 +336,7 @@ impl ClusterNode {
             },
         );
         identity::record_when_voted(&config.data_dir, config.node_id, &raft);
+        observe::spawn_leader_change_counter(&raft);
         let reads = reads::ReadBarrier::new(
             raft.clone(),
             std::time::Duration::from_millis(READ_APPLY_TIMEOUT_MS),
@@ -343,6 +352,7 @@ impl ClusterNode {
                 channels,
                 refusals,
                 removed: std::sync::atomic::AtomicBool::new(false),
+                contact: Default::default(),
                 stopped: std::sync::atomic::AtomicBool::new(false),
             }),
         };
@@ -378,6 +388,7 @@ impl ClusterNode {
             raft: self.inner.raft.clone(),
             streaming: Default::default(),
             snapshots: self.inner.state_machine.snapshots().clone(),
+            contact: self.inner.contact.clone(),
         })
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit)

@@ -247,7 +247,15 @@ impl RaftNetwork<TypeConfig> for PeerNetwork {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
-        self.call(Rpc::AppendEntries, &rpc, &option).await
+        // A heartbeat (no entries) costs the follower no fsync: its duration is the round trip.
+        let heartbeat = rpc.entries.is_empty();
+        let started = std::time::Instant::now();
+        let out = self.call(Rpc::AppendEntries, &rpc, &option).await;
+        if heartbeat && out.is_ok() {
+            metrics::histogram!(crate::telemetry::PEER_ROUND_TRIP_TIME_SECONDS, "To" => self.target.to_string())
+                .record(started.elapsed());
+        }
+        out
     }
 
     async fn install_snapshot(

@@ -42,6 +42,8 @@ pub(crate) struct PeerServer {
     pub streaming: Arc<tokio::sync::Mutex<Option<Streaming<TypeConfig>>>>,
     /// The snapshot directory (received files are verified through its file layer).
     pub snapshots: SnapshotDir,
+    /// Records each AppendEntries accepted from a leader (for `/readyz`).
+    pub contact: Arc<super::observe::LeaderContact>,
 }
 
 fn decode<T: DeserializeOwned>(msg: &RaftMessage) -> Result<T, Status> {
@@ -136,7 +138,11 @@ impl RaftService for PeerServer {
         let req: openraft::raft::AppendEntriesRequest<TypeConfig> = decode(msg)?;
         peer_guard::check_append_entries(&req, msg.from, &self.membership())?;
         metrics::histogram!("ftkv_peer_append_entries_entries").record(req.entries.len() as f64);
-        let out = encode(self.node_id, self.raft.append_entries(req).await);
+        let result = self.raft.append_entries(req).await;
+        if matches!(&result, Ok(r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_))) {
+            self.contact.record();
+        }
+        let out = encode(self.node_id, result);
         metrics::histogram!("ftkv_peer_handle_seconds", "rpc" => "append_entries").record(started.elapsed());
         out
     }

@@ -12,7 +12,9 @@ pub mod cluster_svc;
 pub mod conn;
 pub mod convert;
 pub mod errors;
+pub mod grpc_metrics;
 pub mod kv;
+pub mod readiness;
 pub mod status_http;
 
 use std::net::SocketAddr;
@@ -52,18 +54,31 @@ fn builder(options: &ConnectionOptions) -> tonic::transport::Server {
         .http2_keepalive_timeout(Some(options.keepalive_timeout))
 }
 
-/// Serves the client API on `listener` until `shutdown` resolves.
+/// Serves the client API on `listener` until `shutdown` resolves. The gRPC health of `""` and
+/// `ftkv.v1.Kv` follows `readiness` ([`readiness::Readiness::track_health`]); `ftkv.v1.Cluster`
+/// stays `SERVING` while the process runs (membership commands must reach a node that is not
+/// ready). Every call is counted and timed ([`grpc_metrics`]).
 pub async fn serve_client(
     listener: TcpListener,
     cluster: ClusterNode,
     limits: Limits,
     options: ConnectionOptions,
+    readiness: std::sync::Arc<readiness::Readiness>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    for service in ["", readiness::KV_SERVICE] {
+        health_reporter
+            .set_service_status(service, tonic_health::ServingStatus::NotServing)
+            .await;
+    }
     health_reporter
-        .set_serving::<ftkv_proto::v1::kv_server::KvServer<kv::KvService>>()
+        .set_serving::<ftkv_proto::v1::cluster_server::ClusterServer<cluster_svc::ClusterService>>()
         .await;
+    let (health_stop, health_stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(readiness.track_health(health_reporter, async move {
+        let _ = health_stopped.await;
+    }));
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(ftkv_proto::FILE_DESCRIPTOR_SET)
         .build_v1()?;
@@ -75,6 +90,7 @@ pub async fn serve_client(
             .max_decoding_message_size(CLIENT_MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_RESPONSE_MESSAGE_BYTES);
     builder(&options)
+        .layer(grpc_metrics::GrpcMetricsLayer)
         .layer(tower::util::MapResponseLayer::new(size_limit_details))
         .add_service(health_service)
         .add_service(reflection)
@@ -85,6 +101,7 @@ pub async fn serve_client(
             shutdown,
         )
         .await?;
+    drop(health_stop);
     Ok(())
 }
 
