@@ -68,6 +68,11 @@ pub fn install_recorder(engine_kind: &str) -> Result<PrometheusHandle, Telemetry
         "arch" => std::env::consts::ARCH,
     )
     .set(1.0);
+    // Exported from the start (at 0), so that rules and dashboards see them before the first
+    // failure or proposal.
+    metrics::counter!(PROPOSALS_FAILED_TOTAL).absolute(0);
+    metrics::counter!(LEADER_CHANGES_SEEN_TOTAL).absolute(0);
+    metrics::gauge!(PROPOSALS_PENDING).set(0.0);
     Ok(handle)
 }
 
