@@ -94,11 +94,16 @@ pub(super) async fn status(client: &Client, cli: &Cli, cluster: bool, digest: bo
 
 /// Why a node that answered is not healthy, if it is not.
 fn unhealthy_reason(s: &NodeStatus) -> Option<String> {
-    if !SERVING_ROLES.contains(&s.role.as_str()) {
-        return Some(format!("node {} has the role {:?}", s.node_id, s.role));
+    let serving = SERVING_ROLES.contains(&s.role.as_str());
+    let role = || Some(format!("node {} has the role {:?}", s.node_id, s.role));
+    if !serving && s.role != "candidate" {
+        return role();
     }
     if s.leader_id == 0 {
         return Some(format!("node {} knows no leader (role {})", s.node_id, s.role));
+    }
+    if !serving {
+        return role();
     }
     None
 }
@@ -221,9 +226,13 @@ mod tests {
         assert_eq!(unhealthy_reason(&status("leader", 2)), None);
         assert_eq!(unhealthy_reason(&status("learner", 1)), None);
         let reason = unhealthy_reason(&status("candidate", 0)).unwrap_or_default();
+        assert!(reason.contains("knows no leader (role candidate)"), "{reason}");
+        let reason = unhealthy_reason(&status("follower", 0)).unwrap_or_default();
         assert!(reason.contains("knows no leader"), "{reason}");
-        let reason = unhealthy_reason(&status("removed", 1)).unwrap_or_default();
-        assert!(reason.contains("removed"), "{reason}");
+        let reason = unhealthy_reason(&status("candidate", 3)).unwrap_or_default();
+        assert!(reason.contains("candidate"), "{reason}");
+        let reason = unhealthy_reason(&status("removed", 0)).unwrap_or_default();
+        assert!(reason.contains("role \"removed\""), "{reason}");
         let reason = unhealthy_reason(&status("shutdown", 1)).unwrap_or_default();
         assert!(reason.contains("shutdown"), "{reason}");
     }
