@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::AckPolicy;
 use crate::limits::Limits;
 
+pub mod flags;
 pub mod server;
+pub use flags::ConfigFlags;
 pub use server::ServerConfig;
 
 /// Errors while building the configuration.

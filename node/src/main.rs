@@ -99,10 +99,10 @@ struct RunArgs {
     #[arg(long, env = "FTKV_MAX_IN_SNAPSHOT_LOG_TO_KEEP")]
     max_in_snapshot_log_to_keep: Option<u64>,
     /// TEST ONLY: serve linearizable reads locally without ReadIndex (unsafe canary).
-    #[arg(long, hide = true)]
+    #[arg(long, hide = true, env = "FTKV_UNSAFE_LOCAL_READS")]
     unsafe_local_reads: bool,
     /// TEST ONLY: acknowledge log appends before fsync (unsafe canary).
-    #[arg(long, hide = true)]
+    #[arg(long, hide = true, env = "FTKV_UNSAFE_ACK_BEFORE_FSYNC")]
     unsafe_ack_before_fsync: bool,
     /// TEST ONLY: keep every unsynced write in process memory so that SIGKILL loses it, like a
     /// power cut (config `testing.lose_unsynced_on_kill`).
@@ -111,6 +111,9 @@ struct RunArgs {
     /// TEST ONLY: simulated fdatasync latency in the lose-unsynced mode, ms (default 10).
     #[arg(long, hide = true, env = "FTKV_UNSAFE_LOSE_UNSYNCED_SYNC_LATENCY_MS")]
     unsafe_lose_unsynced_sync_latency_ms: Option<u64>,
+    /// Every other configuration key (`--raft-heartbeat-interval-ms`, `FTKV_LIMITS_MAX_KEY_BYTES`, ...).
+    #[command(flatten)]
+    config_flags: ftkv_node::config::ConfigFlags,
 }
 
 impl RunArgs {
@@ -177,6 +180,7 @@ impl RunArgs {
         if let Some(v) = self.unsafe_lose_unsynced_sync_latency_ms {
             c.testing.lose_unsynced_sync_latency_ms = v;
         }
+        self.config_flags.apply(&mut c)?;
         c.validate()?;
         Ok(c)
     }

@@ -3,7 +3,7 @@
 //!
 //! Shaped after etcdctl v3: global `--endpoints` (env `FTKV_ENDPOINTS`), `-w simple|json|table`,
 //! `--hex` for binary keys, then `put`, `get`, `del`, `scan`, `txn`, `upsert`, `member`,
-//! `endpoint status`, `bench put`.
+//! `endpoint status`, `endpoint health`, `bench put`.
 //!
 //! Exit codes: 0 on success (including `get` of a missing key: nothing is printed in simple
 //! and table mode, `{"found":false}` in JSON mode) and when stdout is closed early (e.g.
@@ -17,6 +17,7 @@
 //! with a `<field>_encoding: "hex"` marker, `--hex` writes hex everywhere.
 
 pub mod bench;
+mod endpoint;
 pub mod hex;
 pub mod output;
 pub mod txn_script;
@@ -226,6 +227,14 @@ pub enum EndpointCommand {
         /// Also compute each node's state digest (a full scan: slow on big data).
         #[arg(long)]
         digest: bool,
+    },
+    /// Health of each endpoint (--cluster: of every member): healthy when it answers, serves
+    /// (leader, follower or learner) and knows a leader. Exit code 1 when any is unhealthy
+    /// (a container health check: `ftkvctl --endpoints 127.0.0.1:7379 endpoint health`).
+    Health {
+        /// Ask every member of the cluster, not only --endpoints.
+        #[arg(long)]
+        cluster: bool,
     },
 }
 
@@ -576,7 +585,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             emit(output::membership(format, &membership).as_bytes())?;
         }
         Command::Endpoint(EndpointCommand::Status { cluster, digest }) => {
-            endpoint_status(&client, &cli, *cluster, *digest).await?;
+            endpoint::status(&client, &cli, *cluster, *digest).await?;
+        }
+        Command::Endpoint(EndpointCommand::Health { cluster }) => {
+            endpoint::health(&client, &cli, *cluster).await?;
         }
         Command::Bench(BenchCommand::Put {
             clients,
@@ -691,34 +703,6 @@ fn txn_output(format: Format, bytes: Bytes, ops: &[TxnOp], result: &crate::TxnRe
             output::join_lines(lines)
         }
     }
-}
-
-async fn endpoint_status(client: &Client, cli: &Cli, cluster: bool, digest: bool) -> anyhow::Result<()> {
-    let results: Vec<(String, Result<crate::NodeStatus, Error>)> = if cluster {
-        client.status_all_with(digest).await
-    } else {
-        let targets = client.endpoints();
-        let futures = targets.iter().map(|ep| client.status_with(ep, digest));
-        let results = futures::future::join_all(futures).await;
-        targets.into_iter().zip(results).collect()
-    };
-    let mut ok = Vec::new();
-    let mut failed: Vec<(String, Error)> = Vec::new();
-    for (ep, r) in results {
-        match r {
-            Ok(s) => ok.push(s),
-            Err(e) => failed.push((ep, e)),
-        }
-    }
-    for (_, e) in &failed {
-        output::stderr_line(&format!("warning: {e}"));
-    }
-    if ok.is_empty() {
-        let detail = failed.first().map(|(_, e)| e.to_string()).unwrap_or_default();
-        bail!("no endpoint answered ({detail})");
-    }
-    emit(output::statuses(cli.write_out, &ok).as_bytes())?;
-    Ok(())
 }
 
 #[cfg(test)]
