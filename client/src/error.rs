@@ -170,14 +170,12 @@ pub(crate) struct Failure {
     pub stale_session: bool,
 }
 
-/// What a node says of a write whose sequence is below its window for the client
-/// (`CommandResult::StaleSequence`, sent as `KIND_AMBIGUOUS`; node/src/server/kv.rs). `ErrorInfo`
-/// has no field for it, so the message is the signal; an answer that does not match stays a
-/// plain ambiguous one (retried with the same session, as before).
-pub(crate) const STALE_SEQUENCE_MESSAGE: &str = "session sequence is below the server's window";
-
-fn is_stale_sequence(message: &str) -> bool {
-    message.contains(STALE_SEQUENCE_MESSAGE)
+/// Whether a node's `ErrorInfo` says the write's sequence is below its window for the client
+/// (`CommandResult::StaleSequence`, sent as `KIND_AMBIGUOUS` with the reason
+/// [`ftkv_proto::status_details::REASON_STALE_SEQUENCE`]; node/src/server/errors.rs). Any other
+/// ambiguous answer stays a plain ambiguous one (retried with the same session).
+fn is_stale_sequence(info: &ErrorInfo) -> bool {
+    info.reason == ftkv_proto::status_details::REASON_STALE_SEQUENCE
 }
 
 /// Decodes the `ErrorInfo` of a status, if it carries one: the `ftkv.v1.ErrorInfo` detail of
@@ -316,7 +314,7 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
                 // Retrying with the same session is safe: the node answers a duplicate with
                 // the remembered result instead of applying it again. A stale sequence stays
                 // stale (the window only moves up): final.
-                let stale = is_stale_sequence(&text);
+                let stale = is_stale_sequence(&info);
                 return Failure {
                     error: Error::Ambiguous { message: text },
                     not_applied: false,
@@ -517,7 +515,7 @@ mod tests {
         let st = status_with(
             tonic::Code::Unknown,
             ErrorInfo {
-                message: format!("{STALE_SEQUENCE_MESSAGE} for this client: its outcome was forgotten"),
+                reason: ftkv_proto::status_details::REASON_STALE_SEQUENCE.into(),
                 ..info(Kind::Ambiguous)
             },
         );
@@ -526,6 +524,15 @@ mod tests {
         assert!(f.stale_session && !f.retry, "{f:?}");
         let other = classify_status(&status_with(tonic::Code::Unknown, info(Kind::Ambiguous)));
         assert!(!other.stale_session && other.retry);
+        // The reason decides, never the text: the old message alone is a plain ambiguous answer.
+        let text_only = classify_status(&status_with(
+            tonic::Code::Unknown,
+            ErrorInfo {
+                message: "session sequence is below the server's window for this client".into(),
+                ..info(Kind::Ambiguous)
+            },
+        ));
+        assert!(!text_only.stale_session && text_only.retry, "{text_only:?}");
     }
 
     #[test]

@@ -32,6 +32,11 @@ pub mod status_details {
 
     use crate::v1::ErrorInfo;
 
+    /// `ErrorInfo.reason` of a write whose session sequence is below the node's window for its
+    /// client id (KIND_AMBIGUOUS): its outcome was forgotten, and every retry under that client
+    /// id gets the same answer.
+    pub const REASON_STALE_SEQUENCE: &str = "STALE_SEQUENCE";
+
     /// `type_url` of the `Any` that wraps an `ErrorInfo`.
     pub const ERROR_INFO_TYPE_URL: &str = "type.googleapis.com/ftkv.v1.ErrorInfo";
 

@@ -27,8 +27,9 @@ pub struct Shared {
     pub window_low: HashMap<u64, u64>,
 }
 
-/// The node's answer to a write whose sequence is below its window (`CommandResult::StaleSequence`
-/// in node/src/server/kv.rs): KIND_AMBIGUOUS with this message.
+/// The message of the node's answer to a write whose sequence is below its window
+/// (`CommandResult::StaleSequence`, node/src/server/errors.rs): KIND_AMBIGUOUS with the reason
+/// `STALE_SEQUENCE`, which is what the client matches on.
 pub const STALE_SEQUENCE_MESSAGE: &str =
     "session sequence is below the server's window for this client: its \
      outcome was forgotten (start a new client session to keep writing)";
@@ -164,7 +165,10 @@ impl FakeNode {
                 return Err(Self::error(
                     pb::error_info::Kind::Ambiguous,
                     tonic::Code::Unknown,
-                    |i| i.message = STALE_SEQUENCE_MESSAGE.into(),
+                    |i| {
+                        i.message = STALE_SEQUENCE_MESSAGE.into();
+                        i.reason = ftkv_proto::status_details::REASON_STALE_SEQUENCE.into();
+                    },
                 ));
             }
             if session.client_id == 0 || shared.applied.insert((session.client_id, session.sequence)) {

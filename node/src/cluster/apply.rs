@@ -9,6 +9,10 @@
 //! - a Txn whose branch gets would return more than `max_response_bytes` value bytes refuses
 //!   the whole Txn ([`CommandResult::ResponseTooLarge`]) before anything commits.
 //!
+//! A command that names a key in the reserved key space (`reserved_keys.rs`: the session table)
+//! is refused whole ([`CommandResult::ReservedKey`]) and range ends are cut where that space
+//! begins, whoever built the command.
+//!
 //! A refused command's ops are dropped from the batch again, so it applies none of its writes;
 //! its result is kept in the session like any other (a retry gets the same refusal). Everything
 //! here depends only on the command and the replicated state, so every replica decides alike.
@@ -19,6 +23,7 @@ use ftkv_engine::ops::{apply_broadcast, in_range};
 use ftkv_engine::{apply_upsert, Engine, EngineError, UpsertOp, WriteOp};
 
 use super::command::{ApplyLimits, Command, CommandBody, CommandResult, TxnOp};
+use super::reserved_keys::{clamp_op, is_reserved, reserved_key_of};
 use super::session::{SessionCheck, SessionTable};
 
 /// Pairs read per engine scan while a range append measures its range.
@@ -209,6 +214,8 @@ fn push_write(
     op_index: usize,
     limits: Option<&ApplyLimits>,
 ) -> Result<Option<CommandResult>, EngineError> {
+    // Ranges stop where the reserved key space begins (`names_reserved_key` refused starts in it).
+    let op = clamp_op(op);
     if let Some(limits) = limits {
         if let Some(value_bytes) = append_overflow(batch, &op, limits.max_value_bytes)? {
             return Ok(Some(CommandResult::ValueTooLarge {
@@ -220,6 +227,25 @@ fn push_write(
     }
     batch.push(op);
     Ok(None)
+}
+
+/// Whether `body` names a key or a range start in the reserved key space (compares and both
+/// Txn branches included, so the answer does not depend on the data).
+fn names_reserved_key(body: &CommandBody) -> bool {
+    match body {
+        CommandBody::Write(ops) => ops.iter().any(|op| reserved_key_of(op).is_some()),
+        CommandBody::Txn {
+            compares,
+            success,
+            failure,
+        } => {
+            compares.iter().any(|c| is_reserved(&c.key))
+                || success.iter().chain(failure).any(|op| match op {
+                    TxnOp::Write(w) => reserved_key_of(w).is_some(),
+                    TxnOp::Get { key } => is_reserved(key),
+                })
+        }
+    }
 }
 
 /// Runs `body` into `batch` under `limits` (`None`: unchecked). A refusal is returned as its
@@ -303,7 +329,11 @@ pub(super) fn apply_command(
     }
     let (limits, body) = command.into_parts();
     let mark = batch.ops.len();
-    let result = execute(batch, body, limits.as_ref())?;
+    let result = if names_reserved_key(&body) {
+        CommandResult::ReservedKey
+    } else {
+        execute(batch, body, limits.as_ref())?
+    };
     if result.is_refusal() {
         batch.truncate(mark);
     }

@@ -283,16 +283,23 @@ pub enum CommandResult {
         /// The limit (`ApplyLimits::max_response_bytes`).
         max_response_bytes: u64,
     },
+    /// The command names a key (or a range start) in the reserved key space
+    /// (`reserved_keys.rs`), which only the state machine writes: refused whole, nothing
+    /// applied. The server refuses such requests before they are proposed; this is the state
+    /// machine's own guard.
+    ReservedKey,
 }
 
 impl CommandResult {
     /// True for the results of a command refused under its limits
-    /// ([`CommandResult::ValueTooLarge`], [`CommandResult::ResponseTooLarge`]): none of its
-    /// writes was applied.
+    /// ([`CommandResult::ValueTooLarge`], [`CommandResult::ResponseTooLarge`]) or for naming a
+    /// reserved key ([`CommandResult::ReservedKey`]): none of its writes was applied.
     pub fn is_refusal(&self) -> bool {
         matches!(
             self,
-            CommandResult::ValueTooLarge { .. } | CommandResult::ResponseTooLarge { .. }
+            CommandResult::ValueTooLarge { .. }
+                | CommandResult::ResponseTooLarge { .. }
+                | CommandResult::ReservedKey
         )
     }
 }

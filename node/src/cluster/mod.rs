@@ -6,7 +6,7 @@
 //! membership. `server/` talks to this module only through [`ClusterNode`].
 //!
 //! Submodules: `types` (the openraft `TypeConfig`, the only place its parameters are spelled),
-//! `log_store`, `state_machine` (+ `session`, `snapshot`), `network` (peer client) and
+//! `log_store`, `state_machine` (+ `session`, `session_store`, `reserved_keys`, `snapshot`), `network` (peer client) and
 //! `peer_server` (peer service) behind `peer_guard` (what a peer message may claim), `batcher`
 //! (proposal batching), `reads` (coalesced ReadIndex), `membership` (changes and their rules, the
 //! watch that rolls joint configurations forward) with `removal` (a removed node stops
@@ -30,7 +30,9 @@ mod peer_guard;
 mod peer_server;
 mod reads;
 mod removal;
+pub mod reserved_keys;
 mod session;
+mod session_store;
 mod snapshot;
 mod state_machine;
 #[cfg(test)]

@@ -31,14 +31,17 @@
 //!   [`MAX_EVICTED_CLIENTS`] later evictions, i.e. several thousand other clients or 1M+ idle log
 //!   entries before its retry), gets that retry applied a second time.
 //!
-//! Cost: the whole table is re-encoded into the engine metadata at every apply round, so its
-//! size bounds the per-round overhead: at most about [`MAX_TABLE_RESULT_BYTES`] of results plus
-//! ~30 bytes per client and ~15 per tombstone.
-//!
-//! The table is part of the state machine: it is persisted with the engine metadata atomically with
-//! the data, and travels in snapshots.
+//! Persistence is incremental (`session_store.rs`): every client session and every tombstone is
+//! its own engine key in the reserved key space (`reserved_keys.rs`, unreachable by clients).
+//! The table notes which clients and tombstones an apply round changed; at the end of the
+//! round only those are written (or deleted), in the same atomic engine batch as the round's
+//! data, so the per-round cost is the sessions the round touched (at most
+//! [`MAX_RESULT_BYTES_PER_CLIENT`] of results plus ~30 bytes each), not the whole table.
+//! Evictions, expiries and dropped tombstones are changes like any other. The snapshot carries
+//! the keys with the data; at open and after a snapshot install the table is read back from
+//! them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -89,14 +92,14 @@ pub enum SessionCheck {
 
 /// A remembered result and the fingerprint of the command that produced it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct KeptResult {
-    fingerprint: u64,
-    result: CommandResult,
+pub(super) struct KeptResult {
+    pub(super) fingerprint: u64,
+    pub(super) result: CommandResult,
 }
 
 impl KeptResult {
     /// Estimated encoded size.
-    fn size_bytes(&self) -> u64 {
+    pub(super) fn size_bytes(&self) -> u64 {
         KEPT_RESULT_OVERHEAD_BYTES + value_bytes(&self.result)
     }
 }
@@ -113,23 +116,24 @@ fn value_bytes(result: &CommandResult) -> u64 {
         | CommandResult::TooLargeToKeep
         | CommandResult::SequenceReused
         | CommandResult::ValueTooLarge { .. }
-        | CommandResult::ResponseTooLarge { .. } => 0,
+        | CommandResult::ResponseTooLarge { .. }
+        | CommandResult::ReservedKey => 0,
     }
 }
 
 /// One client's window of remembered results.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-struct ClientSession {
+pub(super) struct ClientSession {
     /// Sequences below this are forgotten (answered with `StaleSequence`).
-    window_low: u64,
+    pub(super) window_low: u64,
     /// Results of applied sequences `>= window_low`.
-    results: BTreeMap<u64, KeptResult>,
-    /// Sum of [`KeptResult::size_bytes`] over `results`.
-    result_bytes: u64,
+    pub(super) results: BTreeMap<u64, KeptResult>,
+    /// Sum of [`KeptResult::size_bytes`] over `results` (not persisted: recomputed on load).
+    pub(super) result_bytes: u64,
     /// Highest sequence ever applied for this client (kept in its tombstone on eviction).
-    max_applied_sequence: u64,
+    pub(super) max_applied_sequence: u64,
     /// Log index of the last command of this client (for LRU eviction).
-    last_used_index: u64,
+    pub(super) last_used_index: u64,
 }
 
 impl ClientSession {
@@ -162,24 +166,45 @@ impl ClientSession {
 
 /// What is left of an evicted or expired client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-struct Tombstone {
+pub(super) struct Tombstone {
     /// Highest sequence the client ever had applied: retries up to it are stale.
-    max_applied_sequence: u64,
+    pub(super) max_applied_sequence: u64,
     /// Log index of the eviction (oldest tombstones are dropped first).
-    evicted_at_index: u64,
+    pub(super) evicted_at_index: u64,
 }
 
 /// All client sessions. Deterministic: every replica given the same commands holds the same table.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Equality and the serde encoding (the whole table at once, what the tests compare the
+/// incremental persistence against) cover the table itself, not the set of changes not yet
+/// persisted.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SessionTable {
-    clients: BTreeMap<u64, ClientSession>,
+    pub(super) clients: BTreeMap<u64, ClientSession>,
     /// Tombstones of evicted clients, by client id.
-    evicted: BTreeMap<u64, Tombstone>,
+    pub(super) evicted: BTreeMap<u64, Tombstone>,
     /// Sum of `result_bytes` over `clients`.
-    result_bytes: u64,
+    pub(super) result_bytes: u64,
     /// Log index at or after which the next idle sweep runs.
-    next_sweep_index: u64,
+    pub(super) next_sweep_index: u64,
+    /// Clients changed (or removed) since the changes were last taken (`session_store.rs`).
+    #[serde(skip)]
+    pub(super) changed_clients: BTreeSet<u64>,
+    /// Tombstones changed (or removed) since the changes were last taken.
+    #[serde(skip)]
+    pub(super) changed_tombstones: BTreeSet<u64>,
 }
+
+impl PartialEq for SessionTable {
+    fn eq(&self, other: &Self) -> bool {
+        self.clients == other.clients
+            && self.evicted == other.evicted
+            && self.result_bytes == other.result_bytes
+            && self.next_sweep_index == other.next_sweep_index
+    }
+}
+
+impl Eq for SessionTable {}
 
 impl SessionTable {
     /// Number of clients remembered.
@@ -211,6 +236,7 @@ impl SessionTable {
                 None => SessionCheck::Fresh,
             };
         };
+        self.changed_clients.insert(session.client_id);
         client.last_used_index = client.last_used_index.max(log_index);
         let freed = client.forget_below(session.first_incomplete);
         self.result_bytes = self.result_bytes.saturating_sub(freed);
@@ -239,6 +265,10 @@ impl SessionTable {
             },
         };
         let tombstone = self.evicted.remove(&session.client_id);
+        if tombstone.is_some() {
+            self.changed_tombstones.insert(session.client_id);
+        }
+        self.changed_clients.insert(session.client_id);
         let client = self
             .clients
             .entry(session.client_id)
@@ -311,8 +341,10 @@ impl SessionTable {
     }
 
     /// Replaces client `id` by a tombstone.
-    fn evict(&mut self, id: u64, log_index: u64) {
+    pub(super) fn evict(&mut self, id: u64, log_index: u64) {
         if let Some(c) = self.clients.remove(&id) {
+            self.changed_clients.insert(id);
+            self.changed_tombstones.insert(id);
             self.result_bytes = self.result_bytes.saturating_sub(c.result_bytes);
             self.evicted.insert(
                 id,
@@ -338,6 +370,7 @@ impl SessionTable {
         let excess = self.evicted.len().saturating_sub(EVICTED_AFTER_DROP);
         for (_, id) in by_age.into_iter().take(excess) {
             self.evicted.remove(&id);
+            self.changed_tombstones.insert(id);
         }
     }
 }

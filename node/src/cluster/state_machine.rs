@@ -1,10 +1,13 @@
 //! openraft `RaftStateMachine` (storage-v2) over an [`Engine`].
 //!
 //! - Each `apply` round (one or more committed entries) becomes **one** atomic `Engine::write`
-//!   carrying the data ops and the new metadata blob ([`PersistedMeta`]: last applied log id,
-//!   last membership, client sessions). Whatever state the engine reopens at, the metadata
-//!   describes exactly that data, so replay after a crash never applies a counter or CAS twice
-//!   (etcd issue 13766 class).
+//!   carrying the data ops, the client sessions the round changed (their own keys in the
+//!   reserved key space, `session_store.rs`) and the new metadata blob ([`PersistedMeta`]: last
+//!   applied log id, last membership, the session table's sweep index). Whatever state the
+//!   engine reopens at, the metadata and the session keys describe exactly that data, so replay
+//!   after a crash never applies a counter or CAS twice (etcd issue 13766 class). The session
+//!   table is read back from its keys at open and after a snapshot install (the snapshot
+//!   carries them with the data).
 //! - Transactions are evaluated at apply time against the engine **plus the ops already gathered
 //!   in this round** (an overlay), so a txn sees the writes of earlier commands in its own entry.
 //!   Commands run under the limits stamped into them (append sizes, Txn read bytes): see
@@ -35,8 +38,8 @@ use serde::{Deserialize, Serialize};
 
 use super::apply::{apply_command, ApplyBatch};
 use super::crash_point;
-use super::log_store::{decode_versioned, encode_versioned};
 use super::session::SessionTable;
+use super::session_store::check_record;
 use super::snapshot::{SnapshotDir, SnapshotFile, CURRENT_FILE};
 use super::types::{
     read_error, write_error, Entry, EntryResults, LogId, Snapshot, SnapshotMeta, StorageError,
@@ -44,15 +47,69 @@ use super::types::{
 };
 
 /// State-machine metadata stored atomically with the engine data (engine meta blob, encoded as
-/// `[version] ++ postcard`).
+/// `[META_VERSION] ++ postcard`, see [`encode_meta`]). The client sessions are not in it: they
+/// are engine keys of their own (`session_store.rs`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PersistedMeta {
     /// Last applied log id.
     pub last_applied: Option<LogId>,
     /// Last applied membership.
     pub last_membership: StoredMembership,
-    /// Exactly-once client sessions.
-    pub sessions: SessionTable,
+    /// Log index at or after which the session table's next idle sweep runs.
+    pub next_session_sweep_index: u64,
+}
+
+/// Version byte of the metadata blob. Version 1 (builds before the incremental session table)
+/// carried the whole session table in the blob; it is refused, not converted (the project has
+/// no deployed data).
+pub const META_VERSION: u8 = 2;
+
+/// Encodes the metadata blob: `[META_VERSION] ++ postcard(meta)`.
+pub fn encode_meta(meta: &PersistedMeta) -> Result<Vec<u8>, postcard::Error> {
+    let mut out = vec![META_VERSION];
+    out.extend_from_slice(&postcard::to_stdvec(meta)?);
+    Ok(out)
+}
+
+/// Decodes what [`encode_meta`] wrote; errors name a bad version.
+pub fn decode_meta(bytes: &[u8]) -> Result<PersistedMeta, String> {
+    match bytes.split_first() {
+        Some((&META_VERSION, rest)) => postcard::from_bytes(rest).map_err(|e| e.to_string()),
+        Some((1, _)) => Err(format!(
+            "state machine metadata version 1 is from a build that kept client sessions in it; \
+             this build reads version {META_VERSION} and does not convert it: wipe the data \
+             directory and rejoin the node under a new id"
+        )),
+        Some((v, _)) => Err(format!(
+            "unsupported state machine metadata version {v} (this build reads {META_VERSION})"
+        )),
+        None => Err("empty state machine metadata".to_string()),
+    }
+}
+
+/// What the apply lock guards: the metadata and the session table it goes with.
+struct SmState {
+    meta: PersistedMeta,
+    sessions: SessionTable,
+}
+
+impl SmState {
+    /// Reads the metadata blob and the session table from `engine`.
+    fn load(engine: &dyn Engine) -> Result<Self, String> {
+        let meta = match engine.meta().map_err(|e| e.to_string())? {
+            Some(bytes) => decode_meta(&bytes)?,
+            None => PersistedMeta::default(),
+        };
+        let sessions =
+            SessionTable::load(engine, meta.next_session_sweep_index).map_err(|e| e.to_string())?;
+        Ok(SmState { meta, sessions })
+    }
+
+    /// The metadata blob as of now (the sweep index copied from the session table).
+    fn encoded_meta(&mut self) -> Result<Vec<u8>, postcard::Error> {
+        self.meta.next_session_sweep_index = self.sessions.next_sweep_index;
+        encode_meta(&self.meta)
+    }
 }
 
 struct Shared {
@@ -60,7 +117,7 @@ struct Shared {
     /// `DATA_DIR/snapshots`.
     snapshots: SnapshotDir,
     /// The apply lock: apply, snapshot build and install are serialized on it.
-    state: Mutex<PersistedMeta>,
+    state: Mutex<SmState>,
     /// Meta of `current.snap` (separate lock: readers never wait for a snapshot build).
     current: Mutex<Option<SnapshotMeta>>,
     applied_index: AtomicU64,
@@ -111,10 +168,7 @@ impl StateMachine {
     /// the persisted metadata from the engine.
     pub fn open_in(engine: Arc<dyn Engine>, snapshots: SnapshotDir) -> Result<Self, StorageError> {
         snapshots.clean().map_err(snapshot_error)?;
-        let persisted: PersistedMeta = match engine.meta().map_err(sm_read_error)? {
-            Some(bytes) => decode_versioned(&bytes).map_err(sm_read_error)?,
-            None => PersistedMeta::default(),
-        };
+        let persisted = SmState::load(engine.as_ref()).map_err(sm_read_error)?;
         let current_path = snapshots.join(CURRENT_FILE);
         let mut rebuild = false;
         let current = if snapshots.exists(&current_path) {
@@ -132,7 +186,7 @@ impl StateMachine {
         } else {
             None
         };
-        let applied = persisted.last_applied.map_or(0, |l| l.index);
+        let applied = persisted.meta.last_applied.map_or(0, |l| l.index);
         let (durable, _) = tokio::sync::watch::channel(Durable {
             index: applied,
             failed: None,
@@ -179,6 +233,12 @@ impl StateMachine {
         build_snapshot_blocking(&self.shared, self.next_seq()).map(|_| ())
     }
 
+    /// A copy of the session table as the state machine holds it (tests).
+    #[cfg(test)]
+    pub(crate) fn session_table(&self) -> SessionTable {
+        self.shared.state.lock().sessions.clone()
+    }
+
     /// The snapshot directory.
     pub fn snapshots(&self) -> &SnapshotDir {
         &self.shared.snapshots
@@ -203,7 +263,7 @@ impl StateMachine {
     pub fn checkpoint(&self) -> Result<(), EngineError> {
         let state = self.shared.state.lock();
         self.shared.engine.checkpoint()?;
-        self.shared.mark_durable(&state);
+        self.shared.mark_durable(&state.meta);
         Ok(())
     }
 
@@ -239,7 +299,7 @@ fn apply_entries(shared: &Shared, entries: Vec<Entry>) -> Result<Vec<EntryResult
     let mut out = Vec::with_capacity(entries.len());
     for entry in entries {
         let log_id = entry.log_id;
-        state.last_applied = Some(log_id);
+        state.meta.last_applied = Some(log_id);
         match entry.payload {
             EntryPayload::Blank => out.push(EntryResults::default()),
             EntryPayload::Normal(payload) => {
@@ -253,17 +313,20 @@ fn apply_entries(shared: &Shared, entries: Vec<Entry>) -> Result<Vec<EntryResult
                 out.push(EntryResults { results });
             }
             EntryPayload::Membership(m) => {
-                state.last_membership = StoredMembership::new(Some(log_id), m);
+                state.meta.last_membership = StoredMembership::new(Some(log_id), m);
                 out.push(EntryResults::default());
             }
         }
     }
-    let meta = encode_versioned(&*state).map_err(sm_write_error)?;
+    // Only the sessions this round changed, after its data, in the same atomic write.
+    let mut ops = std::mem::take(&mut batch.ops);
+    state.sessions.take_changes(&mut ops).map_err(sm_write_error)?;
+    let meta = state.encoded_meta().map_err(sm_write_error)?;
     shared
         .engine
-        .write_owned(std::mem::take(&mut batch.ops), Some(&meta))
+        .write_owned(ops, Some(&meta))
         .map_err(sm_write_error)?;
-    if let Some(l) = state.last_applied {
+    if let Some(l) = state.meta.last_applied {
         shared.applied_index.store(l.index, Ordering::Release);
     }
     metrics::histogram!("ftkv_sm_apply_seconds").record(started.elapsed());
@@ -271,20 +334,22 @@ fn apply_entries(shared: &Shared, entries: Vec<Entry>) -> Result<Vec<EntryResult
 }
 
 fn build_snapshot_blocking(shared: &Shared, seq: u64) -> Result<(SnapshotMeta, PathBuf), StorageError> {
-    let state = shared.state.lock();
+    let mut state = shared.state.lock();
     shared.engine.checkpoint().map_err(snapshot_error)?;
-    shared.mark_durable(&state);
-    let last = state.last_applied;
+    shared.mark_durable(&state.meta);
+    let last = state.meta.last_applied;
     let snapshot_id = match last {
         Some(l) => format!("{}-{}-{}-{seq}", l.leader_id.term, l.leader_id.node_id, l.index),
         None => format!("none-{seq}"),
     };
     let meta = SnapshotMeta {
         last_log_id: last,
-        last_membership: state.last_membership.clone(),
+        last_membership: state.meta.last_membership.clone(),
         snapshot_id,
     };
-    let sm_meta = encode_versioned(&*state).map_err(snapshot_error)?;
+    // Every change is in the engine already (apply takes them each round); the session keys
+    // travel among the snapshot's pairs.
+    let sm_meta = state.encoded_meta().map_err(snapshot_error)?;
     let tmp_name = format!("building-{seq}.tmp");
     let tmp = shared
         .snapshots
@@ -303,22 +368,41 @@ fn install_snapshot_blocking(
     let mut state = shared.state.lock();
     crash_point::hit("install-snapshot:before-engine");
     let (mut reader, _header, sm_meta) = shared.snapshots.reader(&received).map_err(snapshot_error)?;
-    let mut persisted: PersistedMeta = decode_versioned(&sm_meta).map_err(snapshot_error)?;
+    let mut persisted = decode_meta(&sm_meta).map_err(snapshot_error)?;
     persisted.last_applied = meta.last_log_id;
     persisted.last_membership = meta.last_membership.clone();
-    let encoded = encode_versioned(&persisted).map_err(snapshot_error)?;
-    shared
-        .engine
-        .replace_all(&mut reader, &encoded)
-        .map_err(snapshot_error)?;
+    let encoded = encode_meta(&persisted).map_err(snapshot_error)?;
+    // Every session record is checked on its way in: a damaged one fails the install with the
+    // old state kept, instead of leaving an engine the node could not reopen.
+    {
+        let location = format!("received snapshot {}", meta.snapshot_id);
+        let mut checked = (&mut reader).map(|pair| {
+            let (key, value) = pair?;
+            check_record(&key, &value).map_err(|e| EngineError::Corruption {
+                location: location.clone(),
+                detail: e.to_string(),
+            })?;
+            Ok((key, value))
+        });
+        shared
+            .engine
+            .replace_all(&mut checked, &encoded)
+            .map_err(snapshot_error)?;
+    }
     crash_point::hit("install-snapshot:engine-replaced");
     shared.mark_durable(&persisted);
+    // The received session keys are the table now.
+    let sessions = SessionTable::load(shared.engine.as_ref(), persisted.next_session_sweep_index)
+        .map_err(snapshot_error)?;
     shared.snapshots.make_current(&received).map_err(snapshot_error)?;
     crash_point::hit("install-snapshot:file-current");
     shared
         .applied_index
         .store(persisted.last_applied.map_or(0, |l| l.index), Ordering::Release);
-    *state = persisted;
+    *state = SmState {
+        meta: persisted,
+        sessions,
+    };
     *shared.current.lock() = Some(meta);
     Ok(())
 }
@@ -342,7 +426,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
         let state = self.shared.state.lock();
-        Ok((state.last_applied, state.last_membership.clone()))
+        Ok((state.meta.last_applied, state.meta.last_membership.clone()))
     }
 
     async fn apply<I>(&mut self, entries: I) -> Result<Vec<EntryResults>, StorageError>

@@ -3,6 +3,10 @@
 //! what depends on the data (the size an append leaves, the bytes a Txn reads) is checked by the
 //! state machine under the limits stamped into the command ([`apply_limits`]) and comes back as
 //! a refusal ([`refusal`]).
+//!
+//! Keys in the reserved key space (`cluster::reserved_keys`: the state machine's session
+//! table) are refused here for every key and range start ([`client_key`], [`range_start`]), and
+//! every range end is cut where that space begins ([`client_range_end`]).
 
 use ftkv_engine::{UpsertOp, WriteOp};
 use ftkv_proto::v1 as pb;
@@ -10,6 +14,7 @@ use tonic::Status;
 
 use super::errors;
 use crate::cluster::command::ApplyLimits;
+use crate::cluster::reserved_keys::{self, RESERVED_KEY_PREFIX};
 use crate::cluster::{CommandResult, Compare, CompareOp, CompareTarget, Session, TxnOp};
 use crate::limits::{LimitError, Limits, MAX_RESPONSE_BYTES};
 
@@ -55,6 +60,7 @@ pub fn refusal(result: &CommandResult) -> Option<Status> {
             },
             "read fewer keys per txn".to_string(),
         ),
+        CommandResult::ReservedKey => return Some(reserved_key_status("a key")),
         _ => return None,
     };
     let info = pb::ErrorInfo {
@@ -110,8 +116,52 @@ pub fn session(s: Option<pb::Session>) -> Result<Option<Session>, Status> {
     }
 }
 
+/// `INVALID_ARGUMENT` for `what` (a key, a range start) in the reserved key space.
+fn reserved_key_status(what: &str) -> Status {
+    errors::invalid(format!(
+        "{what} of the request is in the reserved key space (keys starting with {}), which \
+         only the server writes; nothing was applied",
+        hex_prefix()
+    ))
+}
+
+fn hex_prefix() -> String {
+    RESERVED_KEY_PREFIX
+        .iter()
+        .map(|b| format!("0x{b:02X} "))
+        .collect::<String>()
+        .trim_end()
+        .to_string()
+}
+
+/// Validates a key a client names (Get, Put, Delete, Upsert, Txn compares and gets): within
+/// `max_key_bytes`, not empty, not reserved.
+pub fn client_key(limits: &Limits, k: &[u8]) -> Result<(), Status> {
+    limits.check_key(k).map_err(|e| errors::limit(&e))?;
+    if reserved_keys::is_reserved(k) {
+        return Err(reserved_key_status("a key"));
+    }
+    Ok(())
+}
+
+/// Validates the start of a range a client names (Scan, DeleteRange, UpsertRange): within the
+/// key limit and not in the reserved key space (a range starting there holds no client key).
+pub fn range_start(limits: &Limits, start: &[u8]) -> Result<(), Status> {
+    bound(limits, start)?;
+    if reserved_keys::is_reserved(start) {
+        return Err(reserved_key_status("the range start"));
+    }
+    Ok(())
+}
+
+/// The end of a client range (empty = unbounded) cut where the reserved key space begins: a
+/// range never reaches a reserved key.
+pub fn client_range_end(end: Vec<u8>) -> Vec<u8> {
+    reserved_keys::clamp_range_end(range_end(end)).unwrap_or_default()
+}
+
 fn key(limits: &Limits, k: &[u8]) -> Result<(), Status> {
-    limits.check_key(k).map_err(|e| errors::limit(&e))
+    client_key(limits, k)
 }
 
 fn value(limits: &Limits, v: &[u8]) -> Result<(), Status> {
@@ -181,24 +231,24 @@ pub fn write_op(limits: &Limits, op: pb::WriteOp, size: &mut BatchSize) -> Resul
         }
         pb::write_op::Op::Upsert(u) => upsert_key(limits, u.key, u.op, size)?,
         pb::write_op::Op::DeleteRange(r) => {
-            bound(limits, &r.start)?;
+            range_start(limits, &r.start)?;
             bound(limits, &r.end)?;
             check_range(&r.start, &r.end)?;
             size.add(r.start.len() + r.end.len());
             WriteOp::DeleteRange {
                 start: r.start,
-                end: range_end(r.end),
+                end: range_end(client_range_end(r.end)),
             }
         }
         pb::write_op::Op::UpsertRange(r) => {
-            bound(limits, &r.start)?;
+            range_start(limits, &r.start)?;
             bound(limits, &r.end)?;
             check_range(&r.start, &r.end)?;
             size.add(r.start.len() + r.end.len());
             let op = upsert_op(limits, r.op, size)?;
             WriteOp::UpsertRange {
                 start: r.start,
-                end: range_end(r.end),
+                end: range_end(client_range_end(r.end)),
                 op,
             }
         }

@@ -96,6 +96,20 @@ pub fn invalid(message: impl Into<String>) -> Status {
     status(Code::InvalidArgument, info(Kind::Invalid, message.into()))
 }
 
+/// A write whose session sequence is below this node's window for its client id
+/// (`CommandResult::StaleSequence`): `UNKNOWN` with KIND_AMBIGUOUS and the reason
+/// [`ftkv_proto::status_details::REASON_STALE_SEQUENCE`], what clients match on.
+pub fn stale_sequence() -> Status {
+    let mut i = info(
+        Kind::Ambiguous,
+        "session sequence is below the server's window for this client: its outcome was \
+         forgotten (start a new client session to keep writing)"
+            .to_string(),
+    );
+    i.reason = ftkv_proto::status_details::REASON_STALE_SEQUENCE.to_string();
+    status(Code::Unknown, i)
+}
+
 /// A write whose outcome this node cannot tell: `UNKNOWN` with KIND_AMBIGUOUS.
 pub fn ambiguous(message: impl Into<String>) -> Status {
     status(Code::Unknown, info(Kind::Ambiguous, message.into()))
@@ -164,6 +178,15 @@ mod tests {
         assert_eq!(rpc.details[0].type_url, "type.googleapis.com/ftkv.v1.ErrorInfo");
         let i = ErrorInfo::decode(rpc.details[0].value.as_slice()).unwrap();
         assert_eq!(i.limit, "empty_key");
+    }
+
+    #[test]
+    fn a_stale_sequence_carries_its_reason() {
+        let s = stale_sequence();
+        assert_eq!(s.code(), Code::Unknown);
+        let i = ftkv_proto::status_details::decode(s.details()).unwrap();
+        assert_eq!(i.kind, Kind::Ambiguous as i32);
+        assert_eq!(i.reason, ftkv_proto::status_details::REASON_STALE_SEQUENCE);
     }
 
     #[test]

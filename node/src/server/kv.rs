@@ -80,10 +80,7 @@ impl KvService {
         match result {
             CommandResult::StaleSequence => {
                 // The original outcome was applied or refused, then forgotten: unknown here.
-                return Err(errors::ambiguous(
-                    "session sequence is below the server's window for this client: its outcome \
-                     was forgotten (start a new client session to keep writing)",
-                ));
+                return Err(errors::stale_sequence());
             }
             CommandResult::TooLargeToKeep => {
                 return Err(errors::ambiguous(
@@ -136,7 +133,7 @@ impl Kv for KvService {
 
     async fn get(&self, request: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
         let req = request.into_inner();
-        self.limits.check_key(&req.key).map_err(|e| errors::limit(&e))?;
+        convert::client_key(&self.limits, &req.key)?;
         let index = self.barrier(req.consistency).await?;
         let key = req.key;
         let value = self.blocking(move |e| e.get(&key)).await?;
@@ -169,7 +166,7 @@ impl Kv for KvService {
         request: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
         let req = request.into_inner();
-        self.limits.check_key(&req.key).map_err(|e| errors::limit(&e))?;
+        convert::client_key(&self.limits, &req.key)?;
         let index = self
             .write_ops(req.session, vec![WriteOp::Delete { key: req.key }])
             .await?;
@@ -180,17 +177,17 @@ impl Kv for KvService {
 
     async fn scan(&self, request: Request<pb::ScanRequest>) -> Result<Response<pb::ScanResponse>, Status> {
         let req = request.into_inner();
-        self.limits
-            .check_bound(&req.start)
-            .map_err(|e| errors::limit(&e))?;
+        convert::range_start(&self.limits, &req.start)?;
         self.limits.check_bound(&req.end).map_err(|e| errors::limit(&e))?;
         convert::check_range(&req.start, &req.end)?;
+        // Never into the reserved key space (an unbounded end stops where it begins).
+        let end = convert::client_range_end(req.end);
         let limit = match req.limit {
             0 => DEFAULT_SCAN_LIMIT,
             n => n.min(MAX_SCAN_LIMIT),
         } as usize;
         let index = self.barrier(req.consistency).await?;
-        let (start, end, keys_only) = (req.start, req.end, req.keys_only);
+        let (start, keys_only) = (req.start, req.keys_only);
         let mut pairs = self
             .blocking(move |e| e.scan(&start, if end.is_empty() { None } else { Some(&end) }, limit + 1))
             .await?;

@@ -1,7 +1,7 @@
 //! ftkv as a benchmark target: `ftkv-node playground` started as a child process (three node
 //! processes on loopback, `log.sync = "always"`), driven through `ftkv-client`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -15,11 +15,13 @@ pub struct FtkvCluster {
     _dir: tempfile::TempDir,
 }
 
-/// Finds `ftkv-node` (env `FTKV_BIN_DIR`, else beside this executable).
-pub fn node_binary() -> anyhow::Result<PathBuf> {
-    let dir = match std::env::var("FTKV_BIN_DIR") {
-        Ok(d) => PathBuf::from(d),
-        Err(_) => std::env::current_exe()?
+/// Finds `ftkv-node`: in `bin_dir` when given (a target `ftkv@DIR`), else in env
+/// `FTKV_BIN_DIR`, else beside this executable.
+pub fn node_binary(bin_dir: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let dir = match (bin_dir, std::env::var("FTKV_BIN_DIR")) {
+        (Some(d), _) => d.to_path_buf(),
+        (None, Ok(d)) => PathBuf::from(d),
+        (None, Err(_)) => std::env::current_exe()?
             .parent()
             .context("executable has no directory")?
             .to_path_buf(),
@@ -34,11 +36,17 @@ pub fn node_binary() -> anyhow::Result<PathBuf> {
 }
 
 impl FtkvCluster {
-    /// Starts a three-node playground on `base_port` with `engine` and extra node flags.
-    pub async fn start(base_port: u16, engine: &str, node_args: &[String]) -> anyhow::Result<Self> {
+    /// Starts a three-node playground on `base_port` with `engine` and extra node flags, from
+    /// the `ftkv-node` in `bin_dir` (see [`node_binary`]).
+    pub async fn start(
+        base_port: u16,
+        engine: &str,
+        node_args: &[String],
+        bin_dir: Option<&Path>,
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new().prefix("ftkv-bench-").tempdir()?;
         let log = std::fs::File::create(dir.path().join("playground.log"))?;
-        let mut cmd = Command::new(node_binary()?);
+        let mut cmd = Command::new(node_binary(bin_dir)?);
         cmd.arg("playground")
             .arg(format!("--dir={}", dir.path().display()))
             .arg(format!("--base-port={base_port}"))

@@ -3,7 +3,9 @@
 //! `ftkv-bench cluster --targets ftkv,etcd --clients 128 --duration 30s --runs 3 --out DIR`
 //! starts each target as a three-node cluster on loopback, runs the same put load against the
 //! targets alternately (`runs` rounds), and writes `DIR/results.json` (every run plus medians and
-//! ratios) and `DIR/throughput.svg`, `DIR/latency_p99.svg`.
+//! ratios) and `DIR/throughput.svg`, `DIR/latency_p99.svg`. A target `ftkv@DIR` (or
+//! `ftkv-sled@DIR`) runs the `ftkv-node` in `DIR`, so two builds compare side by side in one
+//! run: `--targets ftkv@/tmp/before,ftkv@/tmp/after,etcd` runs before, after, etcd, before, ...
 //!
 //! `ftkv-bench engine --workload random-insert|beyond-memory|point-read|scan|compression|instant-ddl
 //! --engines fractal,sled,fjall [--rows N] [--memory-limit SIZE] [--runs 3] --json FILE` compares
@@ -70,7 +72,9 @@ struct Cli {
 enum Cmd {
     /// Put throughput and latency of three-node clusters (ftkv, etcd), alternately.
     Cluster {
-        /// Comma-separated targets: ftkv, ftkv-sled, etcd.
+        /// Comma-separated targets: ftkv, ftkv-sled, etcd; `ftkv@DIR` / `ftkv-sled@DIR` run the
+        /// `ftkv-node` in DIR (two builds side by side), plain `ftkv` the one in
+        /// `FTKV_BIN_DIR` or beside this executable.
         #[arg(long, default_value = "ftkv,etcd")]
         targets: String,
         /// Concurrent clients.
@@ -124,13 +128,21 @@ struct Report {
     runs: Vec<RunResult>,
     summary: Vec<Summary>,
     ratios_vs_first: Vec<(String, f64)>,
+    /// Median put rate of every target over every other ("a / b").
+    ratios: Vec<(String, f64)>,
 }
 
 async fn start_and_run(name: &str, base_port: u16, load: &Load, run: u64) -> anyhow::Result<RunResult> {
-    match name {
+    // `ftkv@DIR`: the same target, from the build in DIR.
+    let (kind, bin_dir) = match name.split_once('@') {
+        Some((kind, dir)) if !dir.is_empty() => (kind, Some(std::path::Path::new(dir))),
+        Some(_) => anyhow::bail!("target {name:?}: `@` must be followed by a directory"),
+        None => (name, None),
+    };
+    match kind {
         "ftkv" | "ftkv-sled" => {
-            let engine = if name == "ftkv" { "fractal" } else { "sled" };
-            let cluster = bench::ftkv::FtkvCluster::start(base_port, engine, &[]).await?;
+            let engine = if kind == "ftkv" { "fractal" } else { "sled" };
+            let cluster = bench::ftkv::FtkvCluster::start(base_port, engine, &[], bin_dir).await?;
             let client = cluster.client().await?;
             let target = Target::Ftkv(client.clone());
             let mut r = bench::run_load(&target, load, run).await;
@@ -143,12 +155,12 @@ async fn start_and_run(name: &str, base_port: u16, load: &Load, run: u64) -> any
                 .map(|s| s.ops_per_entry);
             Ok(r)
         }
-        "etcd" => {
+        "etcd" if bin_dir.is_none() => {
             let cluster = bench::etcd::EtcdCluster::start(base_port).await?;
             let target = Target::Etcd(bench::etcd::EtcdClient::connect(&cluster.endpoints)?);
             Ok(bench::run_load(&target, load, run).await)
         }
-        other => anyhow::bail!("unknown target {other:?} (ftkv, ftkv-sled, etcd)"),
+        _ => anyhow::bail!("unknown target {name:?} (ftkv, ftkv-sled, etcd, ftkv@DIR, ftkv-sled@DIR)"),
     }
 }
 
@@ -242,7 +254,7 @@ async fn run_cluster(cmd: Cmd) -> anyhow::Result<()> {
         })
         .collect();
     let first = summary.first().map(|s| s.median_ops_per_sec).unwrap_or(0.0);
-    let ratios = summary
+    let ratios_vs_first = summary
         .iter()
         .skip(1)
         .map(|s| {
@@ -250,6 +262,17 @@ async fn run_cluster(cmd: Cmd) -> anyhow::Result<()> {
                 format!("{} / {}", targets[0], s.target),
                 first / s.median_ops_per_sec.max(1e-9),
             )
+        })
+        .collect();
+    let ratios = summary
+        .iter()
+        .flat_map(|a| {
+            summary.iter().filter(|b| b.target != a.target).map(move |b| {
+                (
+                    format!("{} / {}", a.target, b.target),
+                    a.median_ops_per_sec / b.median_ops_per_sec.max(1e-9),
+                )
+            })
         })
         .collect();
     let machine = format!(
@@ -261,7 +284,8 @@ async fn run_cluster(cmd: Cmd) -> anyhow::Result<()> {
         load,
         runs: results,
         summary,
-        ratios_vs_first: ratios,
+        ratios_vs_first,
+        ratios,
     };
     std::fs::write(out.join("results.json"), serde_json::to_string_pretty(&report)?)?;
     let series = |f: &dyn Fn(&bench::Second) -> f64| -> Vec<plot::Series> {
@@ -292,13 +316,20 @@ async fn run_cluster(cmd: Cmd) -> anyhow::Result<()> {
             &series(&|s| s.p99_ms),
         ),
     )?;
+    let w = report
+        .summary
+        .iter()
+        .map(|s| s.target.len())
+        .max()
+        .unwrap_or(0)
+        .max(10);
     println!(
-        "{:<10} {:>12} {:>9} {:>9} {:>9} {:>10} {:>7}",
+        "{:<w$} {:>12} {:>9} {:>9} {:>9} {:>10} {:>7}",
         "target", "ops/s(med)", "p50 ms", "p95 ms", "p99 ms", "ops/entry", "errors"
     );
     for s in &report.summary {
         println!(
-            "{:<10} {:>12.0} {:>9.2} {:>9.2} {:>9.2} {:>10} {:>7}",
+            "{:<w$} {:>12.0} {:>9.2} {:>9.2} {:>9.2} {:>10} {:>7}",
             s.target,
             s.median_ops_per_sec,
             s.median_p50_ms,
@@ -310,7 +341,7 @@ async fn run_cluster(cmd: Cmd) -> anyhow::Result<()> {
             s.total_errors
         );
     }
-    for (name, ratio) in &report.ratios_vs_first {
+    for (name, ratio) in &report.ratios {
         println!("ratio {name}: {ratio:.2}x");
     }
     println!("report: {}", out.join("results.json").display());

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod forged_peer;
+mod session_model;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -563,8 +564,7 @@ async fn restart_without_checkpoint_replays_committed_entries_exactly_once() {
     let mut pairs = checkpoint_data.into_iter().map(Ok);
     restored.replace_all(&mut pairs, &checkpoint_meta).unwrap();
     assert_eq!(counter(restored.as_ref(), b"c"), 150);
-    let meta: super::state_machine::PersistedMeta =
-        super::log_store::decode_versioned(&checkpoint_meta).unwrap();
+    let meta = super::state_machine::decode_meta(&checkpoint_meta).unwrap();
     assert!(
         meta.last_applied.unwrap().index < last_index,
         "the restart must replay entries"
