@@ -14,7 +14,9 @@ use crate::cluster::AckPolicy;
 use crate::limits::Limits;
 
 pub mod server;
+pub mod space;
 pub use server::ServerConfig;
+pub use space::SpaceConfig;
 
 /// Errors while building the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +79,8 @@ pub struct Config {
     pub limits: Limits,
     /// Connections on every port.
     pub server: ServerConfig,
+    /// Data dir quota and disk reserve (NOSPACE alarm).
+    pub space: SpaceConfig,
     /// Test-only switches that break guarantees on purpose (for the fault harness canaries).
     pub testing: TestingConfig,
 }
@@ -99,6 +103,7 @@ impl Default for Config {
             batch: BatchConfig::default(),
             limits: Limits::default(),
             server: ServerConfig::default(),
+            space: SpaceConfig::default(),
             testing: TestingConfig::default(),
         }
     }
@@ -449,6 +454,7 @@ impl Config {
             .validate(self.raft.peer_max_message_size.as_u64(), largest_peer_entry_bytes)
             .map_err(ConfigError::Invalid)?;
         self.server.validate()?;
+        self.space.validate()?;
         if self.log.segment_size.as_u64() < 64 * 1024 {
             return Err(ConfigError::Invalid(
                 "log.segment_size must be at least 64KiB".into(),
@@ -576,6 +582,7 @@ mod tests {
         assert_eq!(cfg.batch, defaults.batch);
         assert_eq!(cfg.limits, defaults.limits);
         assert_eq!(cfg.server, defaults.server);
+        assert_eq!(cfg.space, defaults.space);
         assert_eq!(cfg.testing, defaults.testing);
     }
 

@@ -14,3 +14,4 @@ pub mod limits;
 pub mod playground;
 pub mod run;
 pub mod server;
+pub mod space;

@@ -3,7 +3,7 @@
 //!
 //! Shaped after etcdctl v3: global `--endpoints` (env `FTKV_ENDPOINTS`), `-w simple|json|table`,
 //! `--hex` for binary keys, then `put`, `get`, `del`, `scan`, `txn`, `upsert`, `member`,
-//! `endpoint status`, `bench put`.
+//! `endpoint status`, `alarm list|disarm`, `bench put`.
 //!
 //! Exit codes: 0 on success (including `get` of a missing key: nothing is printed in simple
 //! and table mode, `{"found":false}` in JSON mode) and when stdout is closed early (e.g.
@@ -16,6 +16,7 @@
 //! for byte (each followed by a newline), `json` writes text when valid UTF-8 and otherwise hex
 //! with a `<field>_encoding: "hex"` marker, `--hex` writes hex everywhere.
 
+pub mod alarm;
 pub mod bench;
 pub mod hex;
 pub mod output;
@@ -146,6 +147,9 @@ pub enum Command {
     /// Node status.
     #[command(subcommand)]
     Endpoint(EndpointCommand),
+    /// NOSPACE alarms of every node (list, disarm).
+    #[command(subcommand)]
+    Alarm(alarm::AlarmCommand),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -578,6 +582,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Endpoint(EndpointCommand::Status { cluster, digest }) => {
             endpoint_status(&client, &cli, *cluster, *digest).await?;
         }
+        Command::Alarm(cmd) => emit(alarm::run(&client, format, cmd).await?.as_bytes())?,
         Command::Bench(BenchCommand::Put {
             clients,
             duration,

@@ -1,7 +1,8 @@
 //! Status HTTP server: `/metrics` (Prometheus text format from the `metrics` recorder),
 //! `/livez` (the process serves), `/readyz` (a leader is known and this node applied what it
 //! knows to be committed... approximately: applied >= commit index at the time of the call; never
-//! on a node its peers refuse as removed).
+//! on a node its peers refuse as removed, nor while its NOSPACE alarm is raised: 503 with the
+//! alarm's message).
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -47,6 +48,7 @@ async fn render_metrics(State(state): State<AppState>) -> String {
         0.0
     });
     metrics::gauge!("ftkv_batch_ops_per_entry").set(st.ops_per_entry);
+    crate::space::record_metrics(&state.cluster);
     state.metrics.render()
 }
 
@@ -59,6 +61,12 @@ async fn ready(State(state): State<AppState>) -> (StatusCode, String) {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             "removed from the cluster (peers refuse this node as not a member)\n".into(),
+        );
+    }
+    if let Some(alarm) = state.cluster.alarm() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("alarm NOSPACE: {}\n", alarm.message),
         );
     }
     match st.leader_id {
