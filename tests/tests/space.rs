@@ -312,7 +312,7 @@ check_interval_ms = 100
                 }
             }
         }
-        if full_since.is_none() && acked.len() % 10 == 0 {
+        if full_since.is_none() && acked.len().is_multiple_of(10) {
             let exited = !cluster.is_running(small);
             let alarmed = match client.alarm_list(&cluster.endpoint(small).unwrap()).await {
                 Ok(a) => !a.alarms.is_empty(),
