@@ -17,9 +17,11 @@ use ftkv_proto::v1::kv_client::KvClient;
 use parking_lot::Mutex;
 use tonic::transport::Channel;
 
+mod alarm;
 mod builder;
 mod call;
 
+pub use alarm::{Alarm, NodeAlarms};
 pub(crate) use builder::normalize_endpoint;
 use builder::Config;
 #[cfg(test)]

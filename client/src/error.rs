@@ -5,7 +5,7 @@
 //! request and a write of unknown outcome (`AMBIGUOUS`) stay apart. Statuses without an
 //! `ErrorInfo` come from the transport or a codec (connection refused or lost, HTTP/2 reset, a
 //! message over the size limit) and are classified by code. Only the server's own refusal
-//! (`ErrorInfo` kind `LIMIT`, `INVALID`, `NOT_LEADER`, `UNAVAILABLE`) or a request the client
+//! (`ErrorInfo` kind `LIMIT`, `INVALID`, `NOT_LEADER`, `UNAVAILABLE`, `NO_SPACE`) or a request the client
 //! knows it never sent (connection never made, [`not_sent`]) means "not applied": a bare
 //! `OUT_OF_RANGE` or `RESOURCE_EXHAUSTED` may come after the write committed (its response was
 //! too large), so a write ending with one is [`Error::Ambiguous`].
@@ -82,6 +82,19 @@ pub enum Error {
     StorageFault {
         /// What the node said.
         message: String,
+    },
+    /// The node refused the write before proposing it: its NOSPACE alarm is raised (data dir
+    /// over `space.quota_bytes`, disk under `space.disk_reserve_bytes`, or full). Not applied;
+    /// not retried (the same write fails until the operator frees space and runs
+    /// `ftkvctl alarm disarm`). Deletes are still accepted, reads go on.
+    #[error("no space on the node: {message}{}", limit_suffix(.limit))]
+    NoSpace {
+        /// What the node said (names the node, its data dir and the figures).
+        message: String,
+        /// The quota crossed: `space.quota_bytes`, `space.disk_reserve_bytes` or `disk`.
+        limit: Option<String>,
+        /// The node's `ErrorInfo.metadata` (node_id, data_dir, data_dir_bytes, ...).
+        metadata: std::collections::BTreeMap<String, String>,
     },
     /// The connection failed or broke (no answer from the node's gRPC service).
     #[error("transport error: {message}")]
@@ -355,6 +368,19 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
                     stale_session: false,
                 };
             }
+            Kind::NoSpace => {
+                // Refused before it was proposed: definite, like a limit.
+                return Failure {
+                    error: Error::NoSpace {
+                        message: text,
+                        limit: non_empty(&info.limit),
+                        metadata: info.metadata.clone().into_iter().collect(),
+                    },
+                    not_applied: true,
+                    retry: false,
+                    stale_session: false,
+                };
+            }
             Kind::Unspecified => {}
         }
     }
@@ -556,6 +582,26 @@ mod tests {
     }
 
     #[test]
+    fn resource_exhausted_with_no_space_is_a_definite_refusal() {
+        let mut i = info(Kind::NoSpace);
+        i.limit = "space.quota_bytes".into();
+        i.reason = "NO_SPACE".into();
+        i.metadata.insert("node_id".into(), "2".into());
+        let f = classify_status(&status_with(tonic::Code::ResourceExhausted, i));
+        assert!(f.not_applied && !f.retry, "{f:?}");
+        match f.error {
+            Error::NoSpace { limit, metadata, .. } => {
+                assert_eq!(limit.as_deref(), Some("space.quota_bytes"));
+                assert_eq!(metadata["node_id"], "2");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A bare RESOURCE_EXHAUSTED (a codec's) stays ambiguous.
+        let bare = classify_status(&tonic::Status::resource_exhausted("no space"));
+        assert!(!bare.not_applied);
+    }
+
+    #[test]
     fn unavailable_and_storage_fault() {
         let f = classify_status(&status_with(tonic::Code::Unavailable, info(Kind::Unavailable)));
         assert!(matches!(f.error, Error::Unavailable { .. }) && f.retry && f.not_applied);
@@ -617,7 +663,13 @@ mod tests {
             );
         }
         // The server's own refusals still mean not applied.
-        for kind in [Kind::Limit, Kind::Invalid, Kind::NotLeader, Kind::Unavailable] {
+        for kind in [
+            Kind::Limit,
+            Kind::Invalid,
+            Kind::NotLeader,
+            Kind::Unavailable,
+            Kind::NoSpace,
+        ] {
             let f = classify_status(&status_with(tonic::Code::InvalidArgument, info(kind)));
             assert!(f.not_applied, "{kind:?}: {f:?}");
         }

@@ -34,7 +34,7 @@ mod types;
 
 pub mod cli;
 
-pub use client::{Client, ClientBuilder, DEFAULT_ENDPOINT, DEFAULT_MAX_MESSAGE_BYTES};
+pub use client::{Alarm, Client, ClientBuilder, NodeAlarms, DEFAULT_ENDPOINT, DEFAULT_MAX_MESSAGE_BYTES};
 pub use error::{Error, Result};
 pub use retry::RetryPolicy;
 pub use session::{WriteSession, DEFAULT_SESSION_WINDOW};

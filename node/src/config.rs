@@ -16,7 +16,9 @@ use crate::limits::Limits;
 pub mod flags;
 pub mod server;
 pub use flags::ConfigFlags;
+pub mod space;
 pub use server::ServerConfig;
+pub use space::SpaceConfig;
 
 /// Errors while building the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +81,8 @@ pub struct Config {
     pub limits: Limits,
     /// Connections on every port.
     pub server: ServerConfig,
+    /// Data dir quota and disk reserve (NOSPACE alarm).
+    pub space: SpaceConfig,
     /// Test-only switches that break guarantees on purpose (for the fault harness canaries).
     pub testing: TestingConfig,
 }
@@ -101,6 +105,7 @@ impl Default for Config {
             batch: BatchConfig::default(),
             limits: Limits::default(),
             server: ServerConfig::default(),
+            space: SpaceConfig::default(),
             testing: TestingConfig::default(),
         }
     }
@@ -451,6 +456,7 @@ impl Config {
             .validate(self.raft.peer_max_message_size.as_u64(), largest_peer_entry_bytes)
             .map_err(ConfigError::Invalid)?;
         self.server.validate()?;
+        self.space.validate()?;
         if self.log.segment_size.as_u64() < 64 * 1024 {
             return Err(ConfigError::Invalid(
                 "log.segment_size must be at least 64KiB".into(),
@@ -578,6 +584,7 @@ mod tests {
         assert_eq!(cfg.batch, defaults.batch);
         assert_eq!(cfg.limits, defaults.limits);
         assert_eq!(cfg.server, defaults.server);
+        assert_eq!(cfg.space, defaults.space);
         assert_eq!(cfg.testing, defaults.testing);
     }
 

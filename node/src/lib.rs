@@ -17,3 +17,4 @@ pub mod playground;
 pub mod run;
 pub mod server;
 pub mod telemetry;
+pub mod space;

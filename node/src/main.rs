@@ -98,6 +98,9 @@ struct RunArgs {
     /// Log entries kept behind a snapshot.
     #[arg(long, env = "FTKV_MAX_IN_SNAPSHOT_LOG_TO_KEEP")]
     max_in_snapshot_log_to_keep: Option<u64>,
+    /// Data dir quota (`space.quota_bytes`, e.g. `8GiB`; `0B`: none): the NOSPACE alarm beyond.
+    #[arg(long, env = "FTKV_QUOTA_BYTES")]
+    quota_bytes: Option<String>,
     /// TEST ONLY: serve linearizable reads locally without ReadIndex (unsafe canary).
     #[arg(long, hide = true, env = "FTKV_UNSAFE_LOCAL_READS")]
     unsafe_local_reads: bool,
@@ -155,6 +158,11 @@ impl RunArgs {
         if let Some(v) = &self.engine {
             c.engine.kind = serde_json::from_value(serde_json::Value::String(v.clone()))
                 .map_err(|_| anyhow::anyhow!("--engine {v:?}: expected fractal or sled"))?;
+        }
+        if let Some(v) = &self.quota_bytes {
+            c.space.quota_bytes = v
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--quota-bytes {v:?}: {e}"))?;
         }
         if let Some(v) = &self.cache_size {
             c.engine.cache_size = v

@@ -145,6 +145,7 @@ pub fn cluster_config(config: &Config) -> ClusterConfig {
         unsafe_ack_before_fsync: config.testing.unsafe_ack_before_fsync,
         lose_unsynced_on_kill: config.testing.lose_unsynced_on_kill,
         lose_unsynced_sync_latency_ms: config.testing.lose_unsynced_sync_latency_ms,
+        space: config.space.options(),
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! Shaped after etcdctl v3: global `--endpoints` (env `FTKV_ENDPOINTS`), `-w simple|json|table`,
 //! `--hex` for binary keys, then `put`, `get`, `del`, `scan`, `txn`, `upsert`, `member`,
-//! `endpoint status`, `endpoint health`, `bench put`.
+//! `endpoint status`, `endpoint health`, `alarm list|disarm`, `bench put`.
 //!
 //! Exit codes: 0 on success (including `get` of a missing key: nothing is printed in simple
 //! and table mode, `{"found":false}` in JSON mode) and when stdout is closed early (e.g.
@@ -16,6 +16,7 @@
 //! for byte (each followed by a newline), `json` writes text when valid UTF-8 and otherwise hex
 //! with a `<field>_encoding: "hex"` marker, `--hex` writes hex everywhere.
 
+pub mod alarm;
 pub mod bench;
 mod endpoint;
 pub mod hex;
@@ -147,6 +148,9 @@ pub enum Command {
     /// Node status.
     #[command(subcommand)]
     Endpoint(EndpointCommand),
+    /// NOSPACE alarms of every node (list, disarm).
+    #[command(subcommand)]
+    Alarm(alarm::AlarmCommand),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -590,6 +594,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Endpoint(EndpointCommand::Health { cluster }) => {
             endpoint::health(&client, &cli, *cluster).await?;
         }
+        Command::Alarm(cmd) => emit(alarm::run(&client, format, cmd).await?.as_bytes())?,
         Command::Bench(BenchCommand::Put {
             clients,
             duration,

@@ -418,6 +418,20 @@ impl Cluster for FakeNode {
         Err(Status::unimplemented("fake"))
     }
 
+    async fn alarm_list(
+        &self,
+        _request: Request<pb::AlarmListRequest>,
+    ) -> Result<Response<pb::AlarmResponse>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+
+    async fn alarm_disarm(
+        &self,
+        _request: Request<pb::AlarmDisarmRequest>,
+    ) -> Result<Response<pb::AlarmResponse>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+
     async fn promote(
         &self,
         _request: Request<pb::PromoteRequest>,

@@ -40,16 +40,72 @@ pub(crate) fn prepare_file(vfs: &dyn Vfs, dir: &Path, size_bytes: u64) -> Result
     let ctx = |what: &str| format!("{what} {}", path.display());
     let file = vfs.open(&path, true).map_err(|e| io_err(ctx("create"), e))?;
     file.set_len(0).map_err(|e| io_err(ctx("reset"), e))?;
-    let zeros = vec![0u8; ZERO_CHUNK_BYTES.min(size_bytes) as usize];
-    let mut offset = 0u64;
-    while offset < size_bytes {
-        let n = (size_bytes - offset).min(zeros.len() as u64) as usize;
-        file.write_all_at(&zeros[..n], offset)
-            .map_err(|e| io_err(ctx("zero-fill"), e))?;
-        offset += n as u64;
+    let filled = (|| {
+        let zeros = vec![0u8; ZERO_CHUNK_BYTES.min(size_bytes) as usize];
+        let mut offset = 0u64;
+        while offset < size_bytes {
+            let n = (size_bytes - offset).min(zeros.len() as u64) as usize;
+            file.write_all_at(&zeros[..n], offset)
+                .map_err(|e| io_err(ctx("zero-fill"), e))?;
+            offset += n as u64;
+        }
+        file.sync_data().map_err(|e| io_err(ctx("sync"), e))
+    })();
+    if let Err(e) = filled {
+        // Give back what the half-made file took (a full disk must not stay full because of it).
+        let _ = file.set_len(0);
+        return Err(e);
     }
-    file.sync_data().map_err(|e| io_err(ctx("sync"), e))?;
     Ok(file)
+}
+
+/// Whether `err` is the file system saying it is full (`ENOSPC`, or `EDQUOT`).
+pub(crate) fn is_no_space(err: &LogError) -> bool {
+    matches!(err, LogError::Io { source, .. }
+        if matches!(source.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded))
+}
+
+/// Longest wait between two attempts to create a segment on a full disk.
+const NO_SPACE_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// [`take_prepared`], waiting while the disk is full: a new segment that cannot be created for
+/// lack of space (`ENOSPC`) does not poison the log. Everything written so far stays durable
+/// and readable; the records queued for the new segment wait (their callbacks do not fire, so
+/// nothing is acknowledged) and the attempt is repeated (every 50 ms, backing off to 1 s) until
+/// it succeeds or the log shuts down. [`crate::Log::space_error`] reports the wait meanwhile.
+fn take_prepared_waiting_for_space(sh: &Shared, size_bytes: u64) -> Result<Arc<dyn VfsFile>, LogError> {
+    let mut delay = Duration::from_millis(50);
+    loop {
+        match take_prepared(sh, size_bytes) {
+            Ok(file) => {
+                if sh.space_error.lock().take().is_some() {
+                    tracing::warn!(dir = %sh.dir.display(), "log: disk space is available again; appends go on");
+                }
+                return Ok(file);
+            }
+            Err(e) if is_no_space(&e) => {
+                {
+                    let mut space = sh.space_error.lock();
+                    if space.is_none() {
+                        tracing::error!(
+                            dir = %sh.dir.display(),
+                            error = %e,
+                            "log: the disk is full: no new segment can be created; appends wait \
+                             (none is acknowledged, nothing is lost) until space is freed"
+                        );
+                        *space = Some(e.to_string());
+                    }
+                }
+                let mut st = sh.state.lock();
+                if st.shutdown {
+                    return Err(e);
+                }
+                sh.work_cv.wait_for(&mut st, delay);
+                delay = (delay * 2).min(NO_SPACE_RETRY_MAX);
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// The preparer thread: whenever the flusher asks (the active segment is a quarter full), it
@@ -310,7 +366,7 @@ impl Flusher {
         self.sync_current(sh)?;
         let file = if create {
             let path = segment_path(&sh.dir, seq);
-            let file = take_prepared(sh, size_bytes)?;
+            let file = take_prepared_waiting_for_space(sh, size_bytes)?;
             let tmp = sh.dir.join(PREPARED_NAME);
             sh.vfs
                 .rename(&tmp, &path)

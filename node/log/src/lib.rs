@@ -34,6 +34,11 @@
 //!   invalid record even if valid ones follow, since unsynced writes may persist out of order).
 //! * **Poisoning** (fjall `poison.rs`): a failed write or fsync fails every pending callback and every
 //!   later call returns [`LogError::Poisoned`]; the process must reopen the log.
+//! * **A full disk** (`ENOSPC`/`EDQUOT`) can only hit the creation of a new segment (record
+//!   writes go into preallocated, zero-filled segments and never allocate): it does not poison
+//!   the log. The flusher keeps what it wrote, holds the records queued for the new segment
+//!   (their callbacks wait: nothing is acknowledged), gives back the half-made file and retries
+//!   until space is freed ([`Log::space_error`] says so meanwhile); then appends go on.
 //! * **Memory**: the index holds a small location per live entry; payloads stay cached only while
 //!   not yet written or within a byte budget ([`limits::DEFAULT_CACHE_SIZE_BYTES`]); older
 //!   entries are read back with a positional read and checksum verification.
@@ -272,6 +277,8 @@ pub(crate) struct Shared {
     /// Preparer and flusher wait on this for `prep` changes.
     pub(crate) prep_cv: Condvar,
     pub(crate) counters: Counters,
+    /// Set while the flusher waits for disk space to create a segment (the `ENOSPC` it got).
+    pub(crate) space_error: Mutex<Option<String>>,
 }
 
 struct Handle {
@@ -517,6 +524,7 @@ impl Log {
             }),
             prep_cv: Condvar::new(),
             counters: Counters::default(),
+            space_error: Mutex::new(None),
         });
         let for_thread = Arc::clone(&shared);
         let join = std::thread::Builder::new()
@@ -698,6 +706,13 @@ impl Log {
     /// Whether an I/O failure has poisoned the log.
     pub fn is_poisoned(&self) -> bool {
         self.shared().state.lock().poison.is_some()
+    }
+
+    /// While the disk is full: the error (`ENOSPC`) that stops the flusher from creating the
+    /// next segment. Appends then wait, unacknowledged, and go on by themselves once space is
+    /// freed; the log is not poisoned and its records stay readable. `None` otherwise.
+    pub fn space_error(&self) -> Option<String> {
+        self.shared().space_error.lock().clone()
     }
 
     /// Sets the byte budget for cached payloads of written entries (default

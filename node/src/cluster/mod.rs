@@ -111,6 +111,8 @@ pub struct ClusterConfig {
     pub lose_unsynced_on_kill: bool,
     /// With `lose_unsynced_on_kill`: simulated fdatasync latency, ms.
     pub lose_unsynced_sync_latency_ms: u64,
+    /// Data dir quota and disk reserve (the NOSPACE alarm, `crate::space`).
+    pub space: crate::space::SpaceOptions,
 }
 
 /// Status of this node as the cluster layer sees it.
@@ -185,6 +187,27 @@ pub enum ClusterError {
     /// Bad request (e.g. membership change naming an unknown node).
     #[error("{0}")]
     Invalid(String),
+    /// Refused before proposing: this node's NOSPACE alarm is raised. Not applied.
+    #[error("{}; writes other than deletes are refused (reads go on) until `ftkvctl alarm disarm`", .0.message)]
+    NoSpace(Box<crate::space::Alarm>),
+}
+
+/// Measures this node's space every `space.check_interval_ms` until the node is dropped or
+/// stopped (raising the NOSPACE alarm, see `crate::space`).
+async fn watch_space(inner: std::sync::Weak<Inner>) {
+    loop {
+        let Some(node) = inner.upgrade() else { return };
+        if node.stopped.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        let period = std::time::Duration::from_millis(node.config.space.check_interval_ms.max(10));
+        let _ = tokio::task::spawn_blocking(move || {
+            let log_error = node.log_store.log().space_error();
+            node.space.check(log_error.as_deref());
+        })
+        .await;
+        tokio::time::sleep(period).await;
+    }
 }
 
 /// How long a proposal may wait for its outcome before it is reported ambiguous, at least.
@@ -215,6 +238,8 @@ struct Inner {
     /// When a leader last reached this node (see `observe`).
     contact: Arc<observe::LeaderContact>,
     stopped: std::sync::atomic::AtomicBool,
+    /// The NOSPACE alarm of this node.
+    space: crate::space::SpaceMonitor,
 }
 
 /// A running Raft node. Cheap to clone.
@@ -343,6 +368,7 @@ impl ClusterNode {
             raft.clone(),
             std::time::Duration::from_millis(READ_APPLY_TIMEOUT_MS),
         );
+        let space = crate::space::SpaceMonitor::new(config.node_id, &config.data_dir, config.space);
         let node = ClusterNode {
             inner: Arc::new(Inner {
                 config,
@@ -356,9 +382,11 @@ impl ClusterNode {
                 removed: std::sync::atomic::AtomicBool::new(false),
                 contact: Default::default(),
                 stopped: std::sync::atomic::AtomicBool::new(false),
+                space,
             }),
         };
         tokio::spawn(membership::watch(Arc::downgrade(&node.inner)));
+        tokio::spawn(watch_space(Arc::downgrade(&node.inner)));
         Ok(node)
     }
 
@@ -494,7 +522,36 @@ impl ClusterNode {
             return Err(ClusterError::Unavailable("node is shutting down".into()));
         }
         self.refuse_if_removed()?;
+        if let Some(alarm) = self.inner.space.alarm() {
+            if !crate::space::only_frees_space(&command) {
+                return Err(ClusterError::NoSpace(Box::new(alarm)));
+            }
+        }
         self.inner.batcher.write(command).await
+    }
+
+    /// This node's NOSPACE alarm, if raised (see `crate::space`).
+    pub fn alarm(&self) -> Option<crate::space::Alarm> {
+        self.inner.space.alarm()
+    }
+
+    /// This node's space settings and what its last check measured.
+    pub fn space_usage(&self) -> (crate::space::SpaceOptions, crate::space::SpaceUsage) {
+        (self.inner.space.options(), self.inner.space.usage())
+    }
+
+    /// Clears this node's NOSPACE alarm once its cause is gone (measures again first).
+    ///
+    /// Errors: `NoSpace` naming what is still over its limit (the alarm stays).
+    pub async fn disarm_alarm(&self) -> Result<(), ClusterError> {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            let log_error = inner.log_store.log().space_error();
+            inner.space.disarm(log_error.as_deref())
+        })
+        .await
+        .map_err(|e| ClusterError::Unavailable(format!("space check task: {e}")))?
+        .map_err(|alarm| ClusterError::NoSpace(Box::new(alarm)))
     }
 
     /// Linearizable read barrier: one shared ReadIndex round, then waits until applied >=

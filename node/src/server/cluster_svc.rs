@@ -28,6 +28,30 @@ impl ClusterService {
     }
 }
 
+fn alarm(a: crate::space::Alarm) -> pb::Alarm {
+    pb::Alarm {
+        alarm: crate::space::NOSPACE.to_string(),
+        node_id: a.node_id,
+        limit: a.limit.to_string(),
+        message: a.message,
+        raised_at_unix_s: a.raised_at_unix_s,
+    }
+}
+
+impl ClusterService {
+    fn alarm_response(&self) -> pb::AlarmResponse {
+        let (options, usage) = self.cluster.space_usage();
+        pb::AlarmResponse {
+            node_id: self.cluster.status().node_id,
+            alarms: self.cluster.alarm().into_iter().map(alarm).collect(),
+            data_dir_bytes: usage.data_dir_bytes,
+            quota_bytes: options.quota_bytes,
+            disk_free_bytes: usage.disk_free_bytes,
+            disk_reserve_bytes: options.disk_reserve_bytes,
+        }
+    }
+}
+
 fn member(m: MemberInfo) -> pb::Member {
     pb::Member {
         id: m.id,
@@ -111,7 +135,29 @@ impl Cluster for ClusterService {
             client_endpoint: me.map(|m| m.addr.client).unwrap_or_default(),
             ops_per_entry: st.ops_per_entry,
             version: env!("CARGO_PKG_VERSION").to_string(),
+            alarms: self.cluster.alarm().into_iter().map(alarm).collect(),
         }))
+    }
+
+    async fn alarm_list(
+        &self,
+        _request: Request<pb::AlarmListRequest>,
+    ) -> Result<Response<pb::AlarmResponse>, Status> {
+        Ok(Response::new(self.alarm_response()))
+    }
+
+    async fn alarm_disarm(
+        &self,
+        _request: Request<pb::AlarmDisarmRequest>,
+    ) -> Result<Response<pb::AlarmResponse>, Status> {
+        match self.cluster.disarm_alarm().await {
+            Ok(()) => Ok(Response::new(self.alarm_response())),
+            Err(crate::cluster::ClusterError::NoSpace(a)) => {
+                let message = format!("alarm not disarmed: {}", a.message);
+                Err(errors::no_space(tonic::Code::FailedPrecondition, &a, message))
+            }
+            Err(e) => Err(errors::cluster(e)),
+        }
     }
 
     async fn members(

@@ -145,7 +145,18 @@ pub fn cluster(err: ClusterError) -> Status {
         ClusterError::Unavailable(_) => status(Code::Unavailable, info(Kind::Unavailable, message)),
         ClusterError::Storage(_) => status(Code::Internal, info(Kind::StorageFault, message)),
         ClusterError::Invalid(_) => status(Code::InvalidArgument, info(Kind::Invalid, message)),
+        ClusterError::NoSpace(alarm) => no_space(Code::ResourceExhausted, &alarm, message),
     }
+}
+
+/// A write refused (or an alarm kept) because of the NOSPACE alarm: `code` with KIND_NO_SPACE,
+/// reason `NO_SPACE`, `limit` naming the quota and `metadata` the node, data dir and figures.
+pub fn no_space(code: Code, alarm: &crate::space::Alarm, message: String) -> Status {
+    let mut i = info(Kind::NoSpace, message);
+    i.limit = alarm.limit.to_string();
+    i.reason = crate::space::NO_SPACE_REASON.to_string();
+    i.metadata = alarm.metadata.clone().into_iter().collect();
+    status(code, i)
 }
 
 #[cfg(test)]

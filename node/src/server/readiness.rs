@@ -68,12 +68,15 @@ impl Readiness {
         self.draining.load(Ordering::Acquire)
     }
 
-    /// Installs the `alarm` check (the default passes: no alarms exist).
+    /// Installs an extra `alarm` check, run after the node's own NOSPACE alarm.
     pub fn set_alarm_check(&self, check: ExtraCheck) {
         *self.alarm.write() = Some(check);
     }
 
     fn alarm_check(&self, status: &NodeStatus) -> Result<(), String> {
+        if let Some(alarm) = self.cluster.alarm() {
+            return Err(format!("alarm NOSPACE: {}", alarm.message));
+        }
         match &*self.alarm.read() {
             Some(check) => check(status),
             None => Ok(()),

@@ -48,6 +48,7 @@ pub async fn serve(
 
 async fn render_metrics(State(state): State<AppState>) -> String {
     state.telemetry.refresh(&state.cluster);
+    crate::space::record_metrics(&state.cluster);
     state.metrics.render()
 }
 

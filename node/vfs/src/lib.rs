@@ -23,6 +23,8 @@
 //!
 //! [`FaultVfs::crash`] applies exactly this model; [`FaultVfs::fail_after`] and
 //! [`FaultVfs::set_crash_point`] make operations fail, to test error paths and to pick crash points.
+//! [`FaultVfs::set_capacity`] makes it a small disk: a write or `set_len` that would grow the
+//! files past the capacity fails with `ENOSPC` (and nothing changes), until space is freed.
 //!
 //! [`UnsyncedBufferVfs`] (TEST ONLY) runs over a real file system but keeps every write since a
 //! file's last `sync_data` in process memory, so that a SIGKILL of the process loses exactly what
@@ -337,6 +339,8 @@ struct FaultState {
     fail_at: Option<u64>,
     /// Set once a fault has tripped: every operation fails until `crash` or `fail_after(None)`.
     tripped: bool,
+    /// Most bytes the named files may hold together; growing past it fails with `ENOSPC`.
+    capacity_bytes: Option<u64>,
 }
 
 /// An in-memory file system that keeps the written image apart from the durable image, for crash
@@ -400,6 +404,31 @@ impl FaultState {
         }
     }
 
+    /// Bytes held by the files that have a name now (each inode once).
+    fn used_bytes(&self) -> u64 {
+        let named: BTreeSet<InodeId> = self.names.values().copied().collect();
+        named
+            .iter()
+            .filter_map(|id| self.inodes.get(id))
+            .map(|i| i.current.len() as u64)
+            .sum()
+    }
+
+    /// `ENOSPC` when growing `inode` to `new_len` bytes would pass the capacity.
+    fn check_space(&self, inode: InodeId, new_len: u64) -> io::Result<()> {
+        let Some(capacity) = self.capacity_bytes else {
+            return Ok(());
+        };
+        let current = self.inodes.get(&inode).map_or(0, |i| i.current.len() as u64);
+        if new_len <= current {
+            return Ok(());
+        }
+        if self.used_bytes() + (new_len - current) > capacity {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        Ok(())
+    }
+
     fn dir_exists(&self, dir: &Path) -> bool {
         dir.as_os_str().is_empty() || self.dirs.contains(dir)
     }
@@ -420,6 +449,7 @@ impl FaultVfs {
                 op_count: 0,
                 fail_at: None,
                 tripped: false,
+                capacity_bytes: None,
             })),
         })
     }
@@ -511,6 +541,20 @@ impl FaultVfs {
         if at.is_none() {
             st.tripped = false;
         }
+    }
+
+    /// Makes the file system a disk of `bytes` (`None`: unlimited): a `write_all_at` or
+    /// `set_len` that would grow the named files past it fails with `ENOSPC` and changes
+    /// nothing. Not sticky (unlike [`fail_after`](Self::fail_after)): it succeeds again once
+    /// files shrink or are removed, or the capacity is raised. Survives [`crash`](Self::crash).
+    pub fn set_capacity(&self, bytes: Option<u64>) {
+        self.state.lock().capacity_bytes = bytes;
+    }
+
+    /// Bytes held now by the files that have a name (what [`set_capacity`](Self::set_capacity)
+    /// counts).
+    pub fn used_bytes(&self) -> u64 {
+        self.state.lock().used_bytes()
     }
 
     /// Whether a fault has tripped (operations are failing).
@@ -722,6 +766,17 @@ impl Debug for FaultFile {
 
 impl FaultFile {
     fn with_inode<R>(&self, mutation: Option<&str>, f: impl FnOnce(&mut Inode) -> R) -> io::Result<R> {
+        self.with_inode_growing(mutation, None, f)
+    }
+
+    /// [`with_inode`](Self::with_inode) for an operation that leaves the file `grow_to` bytes
+    /// long (at least): `ENOSPC` first when that passes the capacity.
+    fn with_inode_growing<R>(
+        &self,
+        mutation: Option<&str>,
+        grow_to: Option<u64>,
+        f: impl FnOnce(&mut Inode) -> R,
+    ) -> io::Result<R> {
         let mut st = self.state.lock();
         if st.epoch != self.epoch {
             return Err(stale());
@@ -729,6 +784,9 @@ impl FaultFile {
         match mutation {
             Some(what) => st.begin_mutation(what)?,
             None => st.check_tripped("read")?,
+        }
+        if let Some(len) = grow_to {
+            st.check_space(self.inode, len)?;
         }
         let inode = st.inodes.get_mut(&self.inode).ok_or_else(stale)?;
         Ok(f(inode))
@@ -755,7 +813,7 @@ impl VfsFile for FaultFile {
     }
 
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.with_inode(Some("write"), |inode| {
+        self.with_inode_growing(Some("write"), Some(offset + buf.len() as u64), |inode| {
             write_into(&mut inode.current, offset, buf);
             inode.pending.push(PendingWrite {
                 offset,
@@ -772,7 +830,7 @@ impl VfsFile for FaultFile {
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
-        self.with_inode(Some("set_len"), |inode| {
+        self.with_inode_growing(Some("set_len"), Some(len), |inode| {
             inode.current.resize(len as usize, 0);
         })
     }

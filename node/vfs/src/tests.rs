@@ -264,3 +264,28 @@ fn transparent_huge_pages_are_off_after_the_call() {
     crate::disable_transparent_huge_pages().unwrap();
     assert!(crate::transparent_huge_pages_disabled().unwrap());
 }
+
+#[test]
+fn a_full_disk_fails_growth_with_enospc_until_space_is_freed() {
+    let vfs = FaultVfs::new(1);
+    vfs.create_dir_all(&p("/d")).unwrap();
+    vfs.set_capacity(Some(1000));
+    let a = vfs.open(&p("/d/a"), true).unwrap();
+    a.write_all_at(&[1u8; 600], 0).unwrap();
+    let b = vfs.open(&p("/d/b"), true).unwrap();
+    let err = b.write_all_at(&[2u8; 500], 0).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
+    assert_eq!(err.kind(), std::io::ErrorKind::StorageFull);
+    assert_eq!(b.len().unwrap(), 0, "a refused write changes nothing");
+    assert_eq!(b.set_len(500).unwrap_err().raw_os_error(), Some(libc::ENOSPC));
+    // Overwriting in place needs no space; the fault is not sticky.
+    a.write_all_at(&[3u8; 600], 0).unwrap();
+    b.write_all_at(&[2u8; 400], 0).unwrap();
+    assert_eq!(vfs.used_bytes(), 1000);
+    // Freeing space (a removed file no longer counts) lets growth go on.
+    vfs.remove_file(&p("/d/a")).unwrap();
+    b.write_all_at(&[2u8; 500], 400).unwrap();
+    assert_eq!(vfs.used_bytes(), 900);
+    vfs.set_capacity(None);
+    b.set_len(10_000).unwrap();
+}

@@ -139,6 +139,10 @@ fn config(id: u64, dir: &Path, peer: &str, snapshot_every_entries: u64) -> Clust
         unsafe_ack_before_fsync: false,
         lose_unsynced_on_kill: false,
         lose_unsynced_sync_latency_ms: 0,
+        space: crate::space::SpaceOptions {
+            check_interval_ms: 1_000,
+            ..Default::default()
+        },
     }
 }
 
