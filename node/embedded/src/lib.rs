@@ -95,10 +95,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ftkv_engine::fractal::{FractalEngine, TreeParams};
 use ftkv_engine::model::ModelEngine;
 use ftkv_engine::sled_engine::SledEngine;
 use ftkv_engine::{Engine, EngineError, EngineOptions, IntegrityReport, KeyValue};
+use ftkv_engine::{FractalEngine, FractalOptions, TreeParams};
 use ftkv_log::limits::MAX_RECORD_PAYLOAD_BYTES;
 use ftkv_log::{Log, LogError, LogOptions, LogStats};
 use ftkv_vfs::{RealVfs, Vfs};
@@ -525,10 +525,10 @@ impl Db {
             compression_level: opts.compression_level,
         };
         let engine: Arc<dyn Engine> = match opts.engine {
-            EngineKind::Fractal => Arc::new(FractalEngine::open_with_params(
+            EngineKind::Fractal => Arc::new(FractalEngine::open_with(
                 Arc::clone(&vfs),
                 &engine_opts,
-                opts.tree_params.unwrap_or_default(),
+                FractalOptions::with_tree(opts.tree_params.unwrap_or_default()),
             )?),
             EngineKind::Sled => Arc::new(SledEngine::open(&engine_opts)?),
             EngineKind::Model => Arc::new(ModelEngine::new()),

@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use ftkv_engine::fractal::{FractalEngine, TreeParams};
 use ftkv_engine::model::{apply_ops, ModelEngine};
 use ftkv_engine::sled_engine::SledEngine;
 use ftkv_engine::{Engine, EngineKind, EngineOptions, UpsertOp, WriteOp};
+use ftkv_engine::{FractalEngine, TreeParams};
 use ftkv_vfs::{FaultVfs, Vfs};
 use proptest::prelude::*;
 
@@ -61,10 +61,10 @@ impl Subject {
     pub fn open(&mut self) -> ftkv_engine::Result<()> {
         self.engine = None;
         let e: Box<dyn Engine> = match self.kind {
-            EngineKind::Fractal => Box::new(FractalEngine::open_with_params(
+            EngineKind::Fractal => Box::new(FractalEngine::open_with(
                 self.vfs.clone() as Arc<dyn Vfs>,
                 &self.opts,
-                self.params,
+                ftkv_engine::FractalOptions::with_tree(self.params),
             )?),
             EngineKind::Sled => {
                 // sled's background flusher may hold the directory lock a moment after drop.

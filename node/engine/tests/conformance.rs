@@ -9,8 +9,8 @@
 mod common;
 
 use common::*;
-use ftkv_engine::fractal::TreeParams;
 use ftkv_engine::EngineKind;
+use ftkv_engine::TreeParams;
 use proptest::prelude::*;
 
 fn cases(default: u32) -> u32 {

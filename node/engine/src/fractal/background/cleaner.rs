@@ -7,7 +7,7 @@
 //! cached internal node down to half its gorge limit (which under cache pressure is a quarter
 //! node below the root, so pressure drives it too). Each round runs steps until a step finds
 //! nothing worth flushing (at most [`MAX_STEPS_PER_ROUND`]). A step
-//! ([`super::tree::Tree::clean_step`]) holds the engine's exclusive lock for one buffer flush and
+//! ([`crate::fractal::tree::Tree::clean_step`]) holds the engine's exclusive lock for one buffer flush and
 //! hands the lock straight to a waiting writer or reader when it ends, so a write that comes
 //! meanwhile waits for at most one step (one buffer's flush with its cascade, possibly waiting
 //! for a background leaf flush or a writeback job).
@@ -44,20 +44,20 @@ pub(crate) enum Step {
 }
 
 #[derive(Default)]
-struct State {
-    wake: bool,
-    stop: bool,
+pub(crate) struct State {
+    pub(crate) wake: bool,
+    pub(crate) stop: bool,
 }
 
-struct Shared {
-    state: Mutex<State>,
-    cv: Condvar,
+pub(crate) struct Shared {
+    pub(crate) state: Mutex<State>,
+    pub(crate) cv: Condvar,
 }
 
 /// Handle of the cleaner thread; dropping it stops and joins the thread.
 pub(crate) struct Cleaner {
-    shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) thread: Option<JoinHandle<()>>,
 }
 
 impl Cleaner {
