@@ -85,6 +85,13 @@
 //! ```
 
 #![deny(missing_docs)]
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::host_endian_bytes,
+    clippy::big_endian_bytes
+)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod codec;
 

@@ -16,6 +16,13 @@
 //! This crate never depends on the log, Raft, tokio or gRPC (ARCHITECTURE.md, layering rules).
 
 #![deny(missing_docs)]
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::host_endian_bytes,
+    clippy::big_endian_bytes
+)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod fractal;
 pub mod model;

@@ -1,11 +1,17 @@
 //! The fractal tree (Bε-tree) engine, after PerconaFT/TokuDB (`ft/` in percona/PerconaFT).
 //!
-//! - [`msg`]: messages with MSNs and the per-child message buffers.
-//! - [`node`]: internal nodes (pivots + buffers) and leaves (basement nodes).
-//! - [`tree`]: injection, flushing, splits/merges, reads, bulk load, integrity walk.
-//! - [`store`]: copy-on-write blocks, block translation table, headers, cachetable, checkpoints.
+//! Layout, one concern per folder (everything but the API re-exported below is `pub(crate)`):
+//! - `msg/`: messages with MSNs and the per-child message buffers.
+//! - `node/`: internal nodes (pivots + buffers) and leaves (basement nodes).
+//! - `tree/`: injection, flushing, spills, splits and merges, reads, bulk build, integrity.
+//! - `store/`: block I/O, the cachetable, the partial-read side cache, runs, writeback and
+//!   checkpoint jobs.
+//! - `codec/`: the on-disk encoding (documented byte by byte in `node/engine/FORMAT.md`).
+//! - `background/`: the cleaner, writeback and leaf-flusher threads.
 //! - `space`: the block allocator and which checkpoints still claim which blocks.
-//! - [`codec`]: the on-disk encoding (documented byte by byte in `node/engine/FORMAT.md`).
+//! - `limits`: every bound of the engine, with compile-time checks of how they relate.
+//!
+//! The write path, read path, durability and recovery across the crates: `docs/ARCHITECTURE.md`.
 //!
 //! One file `tree.ftkv` in the engine directory holds everything. Writes become messages
 //! injected at the root; [`Engine::checkpoint`] writes dirty nodes to fresh blocks and commits
@@ -38,10 +44,10 @@
 //! first of the leftmost), with nothing pending for that edge on the way down, is applied straight
 //! to the cached edge leaf; edge leaves split unevenly, so sequential loads leave full leaves.
 //!
-//! Background work: two threads beside the writer. [`flusher`] applies a node's worth of
+//! Background work: two threads beside the writer. the leaf flusher (`background/leaf_flusher.rs`) applies a node's worth of
 //! spilled runs to their (uncached) leaf: it reads and decompresses the leaf and the runs and
 //! merges them while the writer goes on; the writer installs the result (the runs leave the
-//! buffer, the leaf splits). [`writeback`] encodes (compresses) and writes spilled runs and
+//! buffer, the leaf splits). writeback (`background/writeback.rs`) encodes (compresses) and writes spilled runs and
 //! dirty nodes: the runs the writer spilled (readable from memory until their block is
 //! adopted; a checkpoint writes those still pending; at most an eighth of the budget waits,
 //! beyond that the writer encodes a run itself), the leaves a flush produced (then evicted),
@@ -68,7 +74,7 @@
 //! the budget, or what the node cache leaves free; it gives decoded frames back first and
 //! skeletons last.
 //!
-//! [`cleaner`]: a third thread flushes internal buffers once writes pause (PerconaFT's
+//! The cleaner (`background/cleaner.rs`): a third thread flushes internal buffers once writes pause (PerconaFT's
 //! cleaner thread): every second, when no write came for a second, it flushes the fullest
 //! cached internal node's heaviest buffer, one buffer per hold of the engine lock, until every
 //! cached internal node holds less than half its gorge limit (a quarter node below the root
@@ -93,6 +99,7 @@ mod codec;
 mod engine;
 mod filter;
 mod inner;
+mod limits;
 mod msg;
 mod node;
 mod open;

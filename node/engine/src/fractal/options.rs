@@ -1,6 +1,7 @@
 //! The fractal engine's own options beside [`crate::EngineOptions`]: the tree's shape and the
 //! cleaner thread's period, in one struct the node and embedded mode open engines with.
 
+use super::limits::{MIN_BASEMENT_SIZE_BYTES, MIN_FANOUT, MIN_NODE_SIZE_BYTES};
 use crate::{EngineError, Result};
 
 pub use super::background::cleaner::DEFAULT_CLEANER_PERIOD_MS;
@@ -60,7 +61,10 @@ impl Default for TreeParams {
 impl TreeParams {
     /// Rejects shapes the algorithms cannot work with.
     pub fn validate(&self) -> Result<()> {
-        if self.fanout < 3 || self.node_size_bytes < 256 || self.basement_size_bytes < 64 {
+        if self.fanout < MIN_FANOUT
+            || self.node_size_bytes < MIN_NODE_SIZE_BYTES
+            || self.basement_size_bytes < MIN_BASEMENT_SIZE_BYTES
+        {
             return Err(EngineError::InvalidArgument(format!(
                 "tree params need fanout >= 3, node size >= 256 B, basement size >= 64 B: {self:?}"
             )));

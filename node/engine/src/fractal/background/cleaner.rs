@@ -18,16 +18,14 @@
 //! 18.6 M rows with a 64 MiB cache, alternating binaries) it cost 5-10% of insert speed, and one
 //! run's peak RSS reached 283 MiB (runs of one binary vary by about 20 MiB, so the RSS cost is
 //! not measured well). Flushing beside the writer needs node-level locks (PerconaFT's pair
-//! locks); see issue 3's notes.
+//! locks), not built (issue 3 in the project's issue tracker).
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub(crate) use crate::fractal::limits::MAX_STEPS_PER_ROUND;
 use parking_lot::{Condvar, Mutex};
-
-/// Steps per round at most (then the thread sleeps until the next wake or period).
-pub(crate) const MAX_STEPS_PER_ROUND: usize = 256;
 
 /// Default time between rounds when nobody wakes the thread, in milliseconds (PerconaFT's
 /// `cleaner_period` default is 1 s).

@@ -15,13 +15,11 @@
 use std::collections::VecDeque;
 
 use super::worker::Worker;
+pub(crate) use crate::fractal::limits::MAX_IN_FLIGHT;
 use crate::fractal::msg::Msg;
 use crate::fractal::node::{Leaf, Node, NodeId};
 use crate::fractal::store::DetachedBlock;
 use crate::{EngineError, Result};
-
-/// Flushes in flight at most: each holds a decoded leaf and its runs in memory.
-pub(crate) const MAX_IN_FLIGHT: usize = 2;
 
 /// One leaf flush to run in the background.
 pub(crate) struct LeafFlushJob {

@@ -1,6 +1,7 @@
 //! Basements (a leaf's sorted entries): the one-piece and the framed partition.
 
 use super::*;
+pub(crate) use crate::fractal::limits::BASEMENT_FRAME_RAW_BYTES;
 
 /// A basement partition as written before format 3 (one piece; tests write old leaves with it).
 #[cfg(test)]
@@ -36,9 +37,6 @@ pub(crate) fn decode_basement(raw: &[u8]) -> Result<Basement, Detail> {
     Ok(out.finish(max_msn))
 }
 
-/// Uncompressed bytes per frame of a basement (format 3): the unit a point read decompresses.
-pub(crate) const BASEMENT_FRAME_RAW_BYTES: usize = 4 << 10;
-
 /// Encodes basement `b` as frames (each `(key, value)` entries, compressed alone); appends its
 /// frame table to `info` (u64 max MSN, u32 entries, u32 frames, per frame the first key, u32
 /// entries, u32 stored length, u32 raw length, u32 crc32c of the stored bytes). Returns the
@@ -56,8 +54,8 @@ pub(crate) fn encode_basement_frames(
     }
     let frames = fw.finish()?;
     info.u64(b.max_msn);
-    info.u32(b.len() as u32);
-    info.u32(frames.len() as u32);
+    info.u32(len_u32(b.len(), "basement entries")?);
+    info.u32(len_u32(frames.len(), "frame count")?);
     write_frame_table(&frames, info);
     Ok(concat_frames(&frames))
 }

@@ -1,10 +1,7 @@
 //! Framed buffers of format-4 internal nodes: encoding, the buffer tables, decoding.
 
 use super::*;
-
-/// Uncompressed bytes per frame of an internal node's buffer (format 4): the unit a point read
-/// through an uncached internal node decompresses.
-pub(crate) const BUFFER_FRAME_RAW_BYTES: usize = 4 << 10;
+pub(crate) use crate::fractal::limits::BUFFER_FRAME_RAW_BYTES;
 
 /// Encodes buffer `b` of a format-4 internal node: appends to `info` its range messages (u32
 /// count, then each as [`encode_range`] writes it, in MSN order) and the frame table of its
@@ -13,7 +10,7 @@ pub(crate) const BUFFER_FRAME_RAW_BYTES: usize = 4 << 10;
 /// length.
 pub(crate) fn encode_buffer_frames(b: &Buffer, level: Option<i32>, info: &mut W) -> Result<(Vec<u8>, u32)> {
     let ranges = b.range_msgs();
-    info.u32(ranges.len() as u32);
+    info.u32(len_u32(ranges.len(), "range messages")?);
     for r in ranges {
         encode_range(info, r);
     }
@@ -28,7 +25,7 @@ pub(crate) fn encode_buffer_frames(b: &Buffer, level: Option<i32>, info: &mut W)
     }
     let frames = fw.finish()?;
     info.u32(count);
-    info.u32(frames.len() as u32);
+    info.u32(len_u32(frames.len(), "frame count")?);
     write_frame_table(&frames, info);
     Ok(concat_frames(&frames))
 }

@@ -1,6 +1,7 @@
 //! zstd contexts per thread, the block buffer pool, and the transient compression level.
 
 use super::*;
+pub(crate) use crate::fractal::limits::{BLOCK_BUFS_KEPT, BLOCK_BUF_MAX_BYTES};
 
 thread_local! {
     /// This thread's zstd compression contexts by level (creating one per call cost more than
@@ -18,11 +19,6 @@ thread_local! {
     /// memory resident in the allocator (mimalloc purges after a delay) as the cache itself.
     static BLOCK_BUFS: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
 }
-
-/// Buffers [`recycle_block_buf`] keeps per thread.
-pub(crate) const BLOCK_BUFS_KEPT: usize = 2;
-/// Larger buffers are not kept.
-pub(crate) const BLOCK_BUF_MAX_BYTES: usize = 64 << 20;
 
 /// An empty buffer with room for `capacity` bytes, reused from this thread's pool when it
 /// holds one.

@@ -9,6 +9,7 @@ use super::msg::{
     count_at_or_below, key_prefix, Buffer, Msg, MsgRef, Msn, PointOp, RangeMsg, RangeOp, RunRef,
 };
 
+use super::limits::len_u32;
 use super::node::{Basement, BasementBuilder, Internal, Leaf, Node, NodeId};
 use crate::ops::UpsertOp;
 use crate::{EngineError, Result};
@@ -17,6 +18,8 @@ mod basement;
 mod btt;
 mod buffer_frames;
 mod compress;
+#[cfg(test)]
+mod decode_props;
 mod frames;
 mod header;
 mod layout;

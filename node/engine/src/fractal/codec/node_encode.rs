@@ -19,7 +19,7 @@ pub(crate) fn encode_node_as(id: NodeId, node: &Node, level: Option<i32>, versio
     let mut parts: Vec<Vec<u8>> = Vec::new();
     let (kind, height) = match node {
         Node::Internal(n) => {
-            info.u32(n.children.len() as u32);
+            info.u32(len_u32(n.children.len(), "children")?);
             for p in &n.pivots {
                 info.bytes(p);
             }
@@ -31,7 +31,7 @@ pub(crate) fn encode_node_as(id: NodeId, node: &Node, level: Option<i32>, versio
             for b in &n.buffers {
                 info.u8(u8::from(!b.range_msgs().is_empty()));
                 KeyFilter::build(b.point_hashes().into_iter()).encode(&mut info.0);
-                info.u32(b.spilled().len() as u32);
+                info.u32(len_u32(b.spilled().len(), "spilled runs")?);
                 for r in b.spilled() {
                     info.u64(r.id);
                     info.u32(r.msgs);
@@ -53,14 +53,14 @@ pub(crate) fn encode_node_as(id: NodeId, node: &Node, level: Option<i32>, versio
                     stored.push(encode_buffer_frames(b, level, &mut info)?);
                 }
                 let info_raw = std::mem::take(&mut info.0);
-                let info_len = info_raw.len() as u32;
+                let info_len = len_u32(info_raw.len(), "partition 0")?;
                 stored[0] = (compress(info_raw, level)?, info_len);
                 return assemble_node(version, id, 1, n.height, level, stored);
             }
             (1u8, n.height)
         }
         Node::Leaf(l) => {
-            info.u32(l.basements.len() as u32);
+            info.u32(len_u32(l.basements.len(), "basements")?);
             for p in &l.pivots {
                 info.bytes(p);
             }
@@ -72,7 +72,7 @@ pub(crate) fn encode_node_as(id: NodeId, node: &Node, level: Option<i32>, versio
                 framed.push(encode_basement_frames(b, level, &mut info)?);
             }
             let info_raw = std::mem::take(&mut info.0);
-            let info_len = info_raw.len() as u32;
+            let info_len = len_u32(info_raw.len(), "partition 0")?;
             let mut stored = vec![(compress(info_raw, level)?, info_len)];
             stored.extend(framed);
             return assemble_node(version, id, 0, 0, level, stored);
@@ -82,7 +82,7 @@ pub(crate) fn encode_node_as(id: NodeId, node: &Node, level: Option<i32>, versio
     let level = transient_level(level);
     let mut stored: Vec<(Vec<u8>, u32)> = Vec::with_capacity(parts.len());
     for p in parts {
-        let raw_len = p.len() as u32;
+        let raw_len = len_u32(p.len(), "partition")?;
         stored.push((compress(p, level)?, raw_len));
     }
     assemble_node(version, id, kind, height, level, stored)
@@ -109,17 +109,17 @@ pub(crate) fn assemble_node(
     w.u8(kind);
     w.u8(u8::from(level.is_some()));
     w.0.extend_from_slice(&[0, 0]);
-    w.u32(stored.len() as u32);
-    w.u32(header_len as u32);
+    w.u32(len_u32(stored.len(), "partitions")?);
+    w.u32(len_u32(header_len, "node header")?);
     w.u32(0);
     debug_assert_eq!(w.0.len(), NODE_FIXED_HEADER_BYTES);
-    let mut offset = header_len as u32;
+    let mut offset = len_u32(header_len, "node header")?;
     for (data, raw_len) in &stored {
         w.u32(offset);
-        w.u32(data.len() as u32);
+        w.u32(len_u32(data.len(), "partition")?);
         w.u32(*raw_len);
         w.u32(crc32c::crc32c(data));
-        offset += data.len() as u32;
+        offset += len_u32(data.len(), "partition")?;
     }
     let hcrc = crc32c::crc32c(&w.0);
     w.u32(hcrc);

@@ -1,10 +1,7 @@
 //! Spilled runs: encoding, the frame index, and decoding of frames.
 
 use super::*;
-
-/// Uncompressed bytes per frame of a run (format 3): a point lookup reads and decompresses one
-/// frame, not the whole run.
-pub(crate) const RUN_FRAME_RAW_BYTES: usize = 4 << 10;
+pub(crate) use crate::fractal::limits::RUN_FRAME_RAW_BYTES;
 
 /// Fixed header bytes of a format-3 run block.
 pub(crate) const RUN_FIXED_HEADER_BYTES: usize = 40;
@@ -103,9 +100,9 @@ pub(crate) fn encode_run(id: u64, msgs: &[Msg], level: Option<i32>) -> Result<Ve
     w.u64(id);
     w.u8(u8::from(level.is_some()));
     w.0.extend_from_slice(&[0, 0, 0]);
-    w.u32(frames.len() as u32);
-    w.u32(msgs.len() as u32);
-    w.u32(index.0.len() as u32);
+    w.u32(len_u32(frames.len(), "frame count")?);
+    w.u32(len_u32(msgs.len(), "run messages")?);
+    w.u32(len_u32(index.0.len(), "run frame index")?);
     let crc = crc32c::crc32c(&w.0);
     w.u32(crc);
     debug_assert_eq!(w.0.len(), RUN_FIXED_HEADER_BYTES);

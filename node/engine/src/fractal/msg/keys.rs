@@ -8,6 +8,9 @@ use super::*;
 /// settles nearly every comparison of a flush's pivot search or a spill's sort in registers
 /// (they were about 13% of the writer's samples beyond memory, mostly `memcmp` calls).
 #[inline]
+// Big-endian on purpose: it is the integer order that equals byte-wise key order (in memory
+// only, never stored).
+#[allow(clippy::big_endian_bytes)]
 pub(crate) fn key_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
     if let (Some(pa), Some(pb)) = (a.first_chunk::<8>(), b.first_chunk::<8>()) {
         let (pa, pb) = (u64::from_be_bytes(*pa), u64::from_be_bytes(*pb));
@@ -22,6 +25,8 @@ pub(crate) fn key_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
 /// key_prefix(b)` implies `a < b`, so a search over a contiguous array of prefixes settles most
 /// comparisons without touching the keys (each its own allocation, a cache miss apiece).
 #[inline]
+// Big-endian on purpose: the integer order equals byte-wise key order (never stored).
+#[allow(clippy::big_endian_bytes)]
 pub(crate) fn key_prefix(key: &[u8]) -> u64 {
     let mut b = [0u8; 8];
     let n = key.len().min(8);

@@ -53,6 +53,8 @@ proptest! {
     /// In-place `set` (appends, shifts slots, compacts the arena) equals a BTreeMap, and the
     /// counted sizes match the entries.
     #[test]
+    // Keys in big-endian so their byte order is their numeric order (test data).
+    #[allow(clippy::big_endian_bytes)]
     fn basement_set_matches_a_btreemap(
         ops in prop::collection::vec((0u16..300, prop::option::of(prop::collection::vec(any::<u8>(), 0..200))), 0..600),
     ) {

@@ -38,10 +38,8 @@ use super::codec::{
 use super::msg::{count_at_or_below, key_cmp, key_prefix, Buffer, Msg, Msn};
 use super::node::{child_index, Basement, Node, NodeId};
 use super::space::Space;
+pub(crate) use crate::fractal::limits::MAX_CHECKPOINT_LANES;
 use crate::{EngineError, Result};
-
-/// Threads a checkpoint encodes its nodes on, at most.
-pub(crate) const MAX_CHECKPOINT_LANES: usize = 4;
 
 /// Write batches a dirty node must stay unmodified before the incremental writer takes it.
 pub(crate) const IDLE_EPOCHS: u64 = 8;

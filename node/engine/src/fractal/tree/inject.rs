@@ -173,7 +173,7 @@ impl Tree {
     /// counts as gorged at a quarter of the node size while the cache is under pressure (the
     /// engine's memory over three quarters of the budget, [`Store::under_pressure`]), so
     /// internal nodes stay small enough to stay cached and spill to runs early instead of being
-    /// evicted and re-read whole (flushing driven by cache pressure, ENGINE.md).
+    /// evicted and re-read whole (flushing driven by cache pressure, as the module docs of `crate::fractal` describe).
     pub(crate) fn flush_while_gorged(&mut self, n: &mut Internal, edges: Edges, is_root: bool) -> Result<()> {
         let mut rounds = 0;
         let limit = self.gorge_limit_bytes(is_root, self.store.under_pressure());

@@ -16,10 +16,8 @@ use super::store::{CheckpointJob, InPlacePush, Store};
 use crate::{EngineError, IntegrityReport, KeyValue, Result};
 
 pub(crate) use super::options::TreeParams;
+pub(crate) use crate::fractal::limits::MAX_RUNS_PER_BUFFER;
 
-/// A buffer is flushed into its child once this many runs have spilled from it, whatever their
-/// size (bounds the runs a point read may consult per level).
-pub(crate) const MAX_RUNS_PER_BUFFER: usize = 16;
 /// The cleaner's threshold, in 1/1024ths of a node's gorge limit: once writes pause it drains
 /// cached internal nodes to half their limit.
 pub(crate) const CLEAN_IDLE_FULLNESS_1024: u64 = 512;
