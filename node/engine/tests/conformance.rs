@@ -4,6 +4,9 @@
 //! fractal tree, sled and the `BTreeMap` model, each compared with the model's reference
 //! semantics after every step.
 //!
+//! Every engine runs through the one suite, [`common::run_conformance`], given an
+//! [`common::EngineFactory`] that opens it (again) on its storage.
+//!
 //! Case counts scale with `PROPTEST_CASES` (defaults keep `cargo test -p ftkv-engine` short).
 
 mod common;
