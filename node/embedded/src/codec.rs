@@ -275,7 +275,15 @@ impl<'a> Reader<'a> {
                 available,
             });
         }
-        let s = &self.buf[self.pos..self.pos + n];
+        let s = self
+            .buf
+            .get(self.pos..self.pos + n)
+            .ok_or(CodecError::Truncated {
+                what: self.what,
+                offset: self.pos,
+                needed: n,
+                available,
+            })?;
         self.pos += n;
         Ok(s)
     }
@@ -431,7 +439,7 @@ fn versioned_reader<'a>(
     magic: &'static [u8; 4],
     supported: u32,
 ) -> Result<Reader<'a>, CodecError> {
-    let head = &buf[..buf.len().min(4)];
+    let head = buf.get(..4).unwrap_or(buf);
     if head != magic {
         return Err(CodecError::BadMagic {
             what,
@@ -474,7 +482,7 @@ impl EngineMeta {
         let applied_lsn = r.u64()?;
         let stored = r.u32()?;
         r.finish()?;
-        let computed = crc32c::crc32c(&buf[0..24]);
+        let computed = crc32c::crc32c(buf.get(..24).unwrap_or(buf));
         if stored != computed {
             return Err(CodecError::Checksum {
                 what: WHAT,
