@@ -1,5 +1,10 @@
 //! Async Rust client of an ftkv cluster, and the `ftkvctl` command-line tool built on it.
 //!
+//! The CLI (module `cli` and the `ftkvctl` binary) sits behind the default feature `cli`; a
+//! library user who depends on `ftkv-client` with `default-features = false` compiles none of
+//! its dependencies (clap, anyhow, hdrhistogram, humantime, serde_json, tracing-subscriber,
+//! mimalloc).
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), ftkv_client::Error> {
 //! use ftkv_client::{Client, UpsertOp};
@@ -32,6 +37,7 @@ mod retry;
 mod session;
 mod types;
 
+#[cfg(feature = "cli")]
 pub mod cli;
 
 pub use client::{Alarm, Client, ClientBuilder, NodeAlarms, DEFAULT_ENDPOINT, DEFAULT_MAX_MESSAGE_BYTES};

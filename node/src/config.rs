@@ -148,13 +148,13 @@ impl Default for EngineConfig {
             kind: ftkv_engine::EngineKind::Fractal,
             cache_size: ByteSize::mib(256),
             compression: Compression::default(),
-            cleaner_period_ms: ftkv_engine::fractal::cleaner::DEFAULT_CLEANER_PERIOD_MS,
+            cleaner_period_ms: ftkv_engine::DEFAULT_CLEANER_PERIOD_MS,
         }
     }
 }
 
 impl EngineConfig {
-    /// The cleaner period for [`ftkv_engine::fractal::FractalEngine::open_with_cleaner`]:
+    /// The cleaner period for [`ftkv_engine::FractalOptions::cleaner_period_ms`]:
     /// `None` when `cleaner_period_ms` is 0.
     pub fn cleaner_period(&self) -> Option<u64> {
         (self.cleaner_period_ms > 0).then_some(self.cleaner_period_ms)

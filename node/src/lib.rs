@@ -16,5 +16,5 @@ pub mod notify;
 pub mod playground;
 pub mod run;
 pub mod server;
-pub mod telemetry;
 pub mod space;
+pub mod telemetry;

@@ -56,12 +56,14 @@ fn open_fractal(
     config: &Config,
     vfs: Arc<dyn ftkv_vfs::Vfs>,
     cleaner_period_ms: Option<u64>,
-) -> ftkv_engine::Result<ftkv_engine::fractal::FractalEngine> {
-    ftkv_engine::fractal::FractalEngine::open_with_cleaner(
+) -> ftkv_engine::Result<ftkv_engine::FractalEngine> {
+    ftkv_engine::FractalEngine::open_with(
         vfs,
         &engine_options(config),
-        ftkv_engine::fractal::TreeParams::default(),
-        cleaner_period_ms,
+        ftkv_engine::FractalOptions {
+            cleaner_period_ms,
+            ..ftkv_engine::FractalOptions::default()
+        },
     )
 }
 

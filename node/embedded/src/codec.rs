@@ -275,7 +275,15 @@ impl<'a> Reader<'a> {
                 available,
             });
         }
-        let s = &self.buf[self.pos..self.pos + n];
+        let s = self
+            .buf
+            .get(self.pos..self.pos + n)
+            .ok_or(CodecError::Truncated {
+                what: self.what,
+                offset: self.pos,
+                needed: n,
+                available,
+            })?;
         self.pos += n;
         Ok(s)
     }
@@ -431,7 +439,7 @@ fn versioned_reader<'a>(
     magic: &'static [u8; 4],
     supported: u32,
 ) -> Result<Reader<'a>, CodecError> {
-    let head = &buf[..buf.len().min(4)];
+    let head = buf.get(..4).unwrap_or(buf);
     if head != magic {
         return Err(CodecError::BadMagic {
             what,
@@ -474,7 +482,7 @@ impl EngineMeta {
         let applied_lsn = r.u64()?;
         let stored = r.u32()?;
         r.finish()?;
-        let computed = crc32c::crc32c(&buf[0..24]);
+        let computed = crc32c::crc32c(buf.get(..24).unwrap_or(buf));
         if stored != computed {
             return Err(CodecError::Checksum {
                 what: WHAT,
@@ -611,5 +619,44 @@ mod tests {
         assert!(EngineMeta::decode(&[]).is_err());
         assert_eq!(decode_log_identity(&encode_log_identity(5)).unwrap(), 5);
         assert!(decode_log_identity(&encode_log_identity(5)[..12]).is_err());
+    }
+}
+
+/// Property tests of every record kind's decoder (write batches, the engine meta, the log
+/// identity): arbitrary bytes (the log's crc32c has already passed) decode to an error or a
+/// value, never a panic, and never an allocation sized by an untrusted count.
+#[cfg(test)]
+mod decode_props {
+    #![allow(clippy::unwrap_used)]
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn batches_of_arbitrary_bytes_never_panic(payload in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = decode_batch(&payload);
+        }
+
+        #[test]
+        fn batches_with_a_valid_prefix_never_panic(
+            ops in proptest::collection::vec(any::<u8>(), 0..40),
+            tail in proptest::collection::vec(any::<u8>(), 0..300),
+        ) {
+            // A real batch's leading bytes (magic, version), then arbitrary bytes.
+            let real = encode_batch(&[WriteOp::Put { key: ops.clone(), value: ops }]);
+            let mut payload = real.get(..real.len().min(8)).unwrap_or_default().to_vec();
+            payload.extend_from_slice(&tail);
+            let _ = decode_batch(&payload);
+        }
+
+        #[test]
+        fn engine_meta_and_log_identity_never_panic(buf in proptest::collection::vec(any::<u8>(), 0..100)) {
+            let _ = EngineMeta::decode(&buf);
+            let _ = decode_log_identity(&buf);
+        }
     }
 }

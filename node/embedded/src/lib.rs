@@ -85,6 +85,17 @@
 //! ```
 
 #![deny(missing_docs)]
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::host_endian_bytes,
+    clippy::big_endian_bytes
+)]
+#![cfg_attr(
+    test,
+    allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
 
 pub mod codec;
 
@@ -95,10 +106,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ftkv_engine::fractal::{FractalEngine, TreeParams};
 use ftkv_engine::model::ModelEngine;
 use ftkv_engine::sled_engine::SledEngine;
 use ftkv_engine::{Engine, EngineError, EngineOptions, IntegrityReport, KeyValue};
+use ftkv_engine::{FractalEngine, FractalOptions, TreeParams};
 use ftkv_log::limits::MAX_RECORD_PAYLOAD_BYTES;
 use ftkv_log::{Log, LogError, LogOptions, LogStats};
 use ftkv_vfs::{RealVfs, Vfs};
@@ -525,10 +536,10 @@ impl Db {
             compression_level: opts.compression_level,
         };
         let engine: Arc<dyn Engine> = match opts.engine {
-            EngineKind::Fractal => Arc::new(FractalEngine::open_with_params(
+            EngineKind::Fractal => Arc::new(FractalEngine::open_with(
                 Arc::clone(&vfs),
                 &engine_opts,
-                opts.tree_params.unwrap_or_default(),
+                FractalOptions::with_tree(opts.tree_params.unwrap_or_default()),
             )?),
             EngineKind::Sled => Arc::new(SledEngine::open(&engine_opts)?),
             EngineKind::Model => Arc::new(ModelEngine::new()),

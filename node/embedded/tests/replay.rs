@@ -7,8 +7,8 @@ mod common;
 
 use common::{assert_same, dump, engine_alone, log_alone, open, random_batch, small_opts, Model, Rng};
 use ftkv_embedded::codec::{decode_log_identity, EngineMeta, LOG_IDENTITY_KEY};
-use ftkv_engine::fractal::FractalEngine;
 use ftkv_engine::model::apply_ops;
+use ftkv_engine::FractalEngine;
 use ftkv_engine::{Engine, WriteOp};
 use ftkv_vfs::FaultVfs;
 

@@ -16,6 +16,13 @@
 //! This crate never depends on the log, Raft, tokio or gRPC (ARCHITECTURE.md, layering rules).
 
 #![deny(missing_docs)]
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::host_endian_bytes,
+    clippy::big_endian_bytes
+)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod fractal;
 pub mod model;
@@ -25,6 +32,7 @@ pub mod sled_engine;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+pub use fractal::{FractalEngine, FractalOptions, TreeParams, DEFAULT_CLEANER_PERIOD_MS, TREE_FILE_NAME};
 pub use ops::{apply_upsert, UpsertOp, WriteOp};
 
 /// Errors of every engine. Storage faults (`Corruption`, `Io`) stop writes on the node: the
@@ -115,8 +123,8 @@ pub struct EngineOptions {
     pub dir: PathBuf,
     /// Memory budget for cached nodes/pages, in bytes.
     pub cache_size_bytes: u64,
-    /// zstd level for leaves (internal nodes and spilled runs use at most -1, see
-    /// `fractal::codec::transient_level`); `None` stores everything uncompressed.
+    /// zstd level for leaves (internal nodes and spilled runs, rewritten soon, use at most
+    /// level -1); `None` stores everything uncompressed.
     pub compression_level: Option<i32>,
 }
 

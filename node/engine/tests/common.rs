@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use ftkv_engine::fractal::{FractalEngine, TreeParams};
 use ftkv_engine::model::{apply_ops, ModelEngine};
 use ftkv_engine::sled_engine::SledEngine;
 use ftkv_engine::{Engine, EngineKind, EngineOptions, UpsertOp, WriteOp};
+use ftkv_engine::{FractalEngine, TreeParams};
 use ftkv_vfs::{FaultVfs, Vfs};
 use proptest::prelude::*;
 
@@ -61,10 +61,10 @@ impl Subject {
     pub fn open(&mut self) -> ftkv_engine::Result<()> {
         self.engine = None;
         let e: Box<dyn Engine> = match self.kind {
-            EngineKind::Fractal => Box::new(FractalEngine::open_with_params(
+            EngineKind::Fractal => Box::new(FractalEngine::open_with(
                 self.vfs.clone() as Arc<dyn Vfs>,
                 &self.opts,
-                self.params,
+                ftkv_engine::FractalOptions::with_tree(self.params),
             )?),
             EngineKind::Sled => {
                 // sled's background flusher may hold the directory lock a moment after drop.
@@ -160,8 +160,34 @@ pub fn step_strategy() -> impl Strategy<Value = Step> {
     ]
 }
 
-/// Runs `steps` against `subject` and the model, comparing every read and the final state.
-pub fn run_conformance(subject: &mut Subject, steps: &[Step]) -> Result<(), TestCaseError> {
+/// What the conformance suite needs of an engine (openraft's `StoreBuilder` in spirit): a way to
+/// open it, and open it again on the same storage.
+pub trait EngineFactory {
+    /// Opens the engine: once at the start, and after every `Reopen` step (the previous engine
+    /// is dropped first).
+    fn open_engine(&mut self) -> ftkv_engine::Result<Box<dyn Engine>>;
+    /// Whether a reopened engine keeps its data (false for in-memory engines, whose `Reopen`
+    /// step only checkpoints).
+    fn durable(&self) -> bool;
+}
+
+impl EngineFactory for Subject {
+    fn open_engine(&mut self) -> ftkv_engine::Result<Box<dyn Engine>> {
+        self.open()?;
+        Ok(self.engine.take().unwrap())
+    }
+
+    fn durable(&self) -> bool {
+        self.kind != EngineKind::Model
+    }
+}
+
+/// The conformance suite every engine runs through (openraft's `Suite::test_all` in spirit):
+/// runs `steps` against an engine from `factory` and the `BTreeMap` model, comparing every read,
+/// the metadata after every step, the state after every reopen and at the end, and the
+/// integrity walk's key count.
+pub fn run_conformance(factory: &mut dyn EngineFactory, steps: &[Step]) -> Result<(), TestCaseError> {
+    let mut engine = factory.open_engine().unwrap();
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     let mut meta: Option<Vec<u8>> = None;
     for (i, step) in steps.iter().enumerate() {
@@ -170,9 +196,9 @@ pub fn run_conformance(subject: &mut Subject, steps: &[Step]) -> Result<(), Test
                 // Both entry points: borrowed ops (copied by the engine) and owned ops (whose
                 // buffers the fractal tree keeps), alternating by step.
                 if i % 2 == 0 {
-                    subject.e().write(ops, m.as_deref()).unwrap();
+                    engine.as_ref().write(ops, m.as_deref()).unwrap();
                 } else {
-                    subject.e().write_owned(ops.clone(), m.as_deref()).unwrap();
+                    engine.as_ref().write_owned(ops.clone(), m.as_deref()).unwrap();
                 }
                 apply_ops(&mut model, ops);
                 if m.is_some() {
@@ -181,7 +207,7 @@ pub fn run_conformance(subject: &mut Subject, steps: &[Step]) -> Result<(), Test
             }
             Step::Get(k) => {
                 prop_assert_eq!(
-                    subject.e().get(k).unwrap(),
+                    engine.as_ref().get(k).unwrap(),
                     model.get(k).cloned(),
                     "step {} get {:?}",
                     i,
@@ -189,7 +215,7 @@ pub fn run_conformance(subject: &mut Subject, steps: &[Step]) -> Result<(), Test
                 );
             }
             Step::Scan(s, e, limit) => {
-                let got = subject.e().scan(s, e.as_deref(), *limit).unwrap();
+                let got = engine.as_ref().scan(s, e.as_deref(), *limit).unwrap();
                 let want: Vec<_> = model
                     .iter()
                     .filter(|(k, _)| ftkv_engine::ops::in_range(k, s, e.as_deref()))
@@ -198,26 +224,27 @@ pub fn run_conformance(subject: &mut Subject, steps: &[Step]) -> Result<(), Test
                     .collect();
                 prop_assert_eq!(got, want, "step {} scan", i);
             }
-            Step::Checkpoint => subject.e().checkpoint().unwrap(),
+            Step::Checkpoint => engine.as_ref().checkpoint().unwrap(),
             Step::Reopen => {
-                subject.e().checkpoint().unwrap();
-                if subject.kind != EngineKind::Model {
-                    subject.open().unwrap();
-                    prop_assert_eq!(dump(subject.e()), model.clone(), "step {} after reopen", i);
+                engine.as_ref().checkpoint().unwrap();
+                if factory.durable() {
+                    drop(engine);
+                    engine = factory.open_engine().unwrap();
+                    prop_assert_eq!(dump(engine.as_ref()), model.clone(), "step {} after reopen", i);
                 }
             }
             Step::ReplaceAll(pairs) => {
                 let m = format!("snap{i}").into_bytes();
                 let mut it = pairs.iter().cloned().map(Ok);
-                subject.e().replace_all(&mut it, &m).unwrap();
+                engine.as_ref().replace_all(&mut it, &m).unwrap();
                 model = pairs.iter().cloned().collect();
                 meta = Some(m);
             }
         }
-        prop_assert_eq!(subject.e().meta().unwrap(), meta.clone(), "step {} meta", i);
+        prop_assert_eq!(engine.as_ref().meta().unwrap(), meta.clone(), "step {} meta", i);
     }
-    prop_assert_eq!(dump(subject.e()), model.clone(), "final state");
-    let report = subject.e().check_integrity().unwrap();
+    prop_assert_eq!(dump(engine.as_ref()), model.clone(), "final state");
+    let report = engine.as_ref().check_integrity().unwrap();
     prop_assert_eq!(report.keys, model.len() as u64);
     Ok(())
 }

@@ -4,13 +4,16 @@
 //! fractal tree, sled and the `BTreeMap` model, each compared with the model's reference
 //! semantics after every step.
 //!
+//! Every engine runs through the one suite, [`common::run_conformance`], given an
+//! [`common::EngineFactory`] that opens it (again) on its storage.
+//!
 //! Case counts scale with `PROPTEST_CASES` (defaults keep `cargo test -p ftkv-engine` short).
 
 mod common;
 
 use common::*;
-use ftkv_engine::fractal::TreeParams;
 use ftkv_engine::EngineKind;
+use ftkv_engine::TreeParams;
 use proptest::prelude::*;
 
 fn cases(default: u32) -> u32 {

@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use common::*;
-use ftkv_engine::fractal::FractalEngine;
 use ftkv_engine::model::apply_ops;
+use ftkv_engine::FractalEngine;
 use ftkv_engine::{Engine, EngineError};
 use ftkv_vfs::{FaultVfs, Vfs};
 use proptest::strategy::{Strategy, ValueTree};
@@ -24,10 +24,10 @@ use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn open(vfs: &Arc<FaultVfs>, cache: u64) -> ftkv_engine::Result<FractalEngine> {
-    FractalEngine::open_with_params(
+    FractalEngine::open_with(
         vfs.clone() as Arc<dyn Vfs>,
         &opts("/engine".into(), cache, Some(1)),
-        SMALL,
+        ftkv_engine::FractalOptions::with_tree(SMALL),
     )
 }
 

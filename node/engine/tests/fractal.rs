@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use common::*;
-use ftkv_engine::fractal::{FractalEngine, TreeParams, TREE_FILE_NAME};
 use ftkv_engine::model::apply_ops;
 use ftkv_engine::{Engine, EngineError, EngineKind, UpsertOp, WriteOp};
+use ftkv_engine::{FractalEngine, FractalOptions, TreeParams, TREE_FILE_NAME};
 use ftkv_vfs::{FaultVfs, Vfs};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, TestRng, TestRunner};
@@ -193,11 +193,13 @@ fn range_messages_are_instant_and_correct() {
 /// Without the cleaner thread (as every helper here): these tests count reads and spills, or
 /// expect a fault on a read they make, not on a background flush.
 fn fault_engine(vfs: &Arc<FaultVfs>, params: TreeParams) -> ftkv_engine::Result<FractalEngine> {
-    FractalEngine::open_with_cleaner(
+    FractalEngine::open_with(
         vfs.clone() as Arc<dyn Vfs>,
         &opts("/engine".into(), 1 << 20, Some(1)),
-        params,
-        None,
+        FractalOptions {
+            tree: params,
+            cleaner_period_ms: None,
+        },
     )
 }
 
@@ -483,11 +485,13 @@ fn paged_scans_over_full_buffers_match_the_model() {
 /// Opens a fractal engine in `/engine` on `vfs` with `params`, a cache of `cache_bytes` and
 /// zstd level 1.
 fn open_on(vfs: &Arc<FaultVfs>, params: TreeParams, cache_bytes: u64) -> FractalEngine {
-    FractalEngine::open_with_cleaner(
+    FractalEngine::open_with(
         vfs.clone() as Arc<dyn Vfs>,
         &opts("/engine".into(), cache_bytes, Some(1)),
-        params,
-        None,
+        FractalOptions {
+            tree: params,
+            cleaner_period_ms: None,
+        },
     )
     .unwrap()
 }
@@ -793,11 +797,13 @@ fn flipped_bits_in_runs_are_reported_as_corruption() {
     };
     let vfs = FaultVfs::new(29);
     let open = || {
-        FractalEngine::open_with_cleaner(
+        FractalEngine::open_with(
             vfs.clone() as Arc<dyn Vfs>,
             &opts("/engine".into(), 48 << 10, None),
-            params,
-            None,
+            FractalOptions {
+                tree: params,
+                cleaner_period_ms: None,
+            },
         )
     };
     let mut model = BTreeMap::new();

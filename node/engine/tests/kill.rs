@@ -12,9 +12,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use ftkv_engine::fractal::{FractalEngine, TreeParams};
 use ftkv_engine::model::apply_ops;
 use ftkv_engine::{Engine, EngineOptions, UpsertOp, WriteOp};
+use ftkv_engine::{FractalEngine, TreeParams};
 
 const PARAMS: TreeParams = TreeParams {
     node_size_bytes: 16 << 10,
@@ -70,7 +70,12 @@ fn meta_index(meta: Option<Vec<u8>>) -> u64 {
 
 /// Child: continue the workload from the tree's checkpoint, checkpointing every few batches.
 fn child(dir: &std::path::Path) {
-    let e = FractalEngine::open_with_params(ftkv_vfs::RealVfs::new(), &opts(dir), PARAMS).unwrap();
+    let e = FractalEngine::open_with(
+        ftkv_vfs::RealVfs::new(),
+        &opts(dir),
+        ftkv_engine::FractalOptions::with_tree(PARAMS),
+    )
+    .unwrap();
     let mut i = meta_index(e.meta().unwrap());
     loop {
         i += 1;
@@ -123,7 +128,12 @@ fn sigkill_at_random_moments_recovers_a_checkpoint() {
         child.kill().unwrap();
         child.wait().unwrap();
         last_reported = last_reported.max(reader.join().unwrap());
-        let e = FractalEngine::open_with_params(ftkv_vfs::RealVfs::new(), &opts(&dir), PARAMS).unwrap();
+        let e = FractalEngine::open_with(
+            ftkv_vfs::RealVfs::new(),
+            &opts(&dir),
+            ftkv_engine::FractalOptions::with_tree(PARAMS),
+        )
+        .unwrap();
         let at = meta_index(e.meta().unwrap());
         assert!(
             at >= last_reported,

@@ -50,6 +50,13 @@
 //! acknowledged appends (like `tokudb_fsync_log_period` or `sync_binlog=0`). Truncate, purge,
 //! durable metas and `sync()` stay durable before they return in both modes.
 
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::host_endian_bytes,
+    clippy::big_endian_bytes
+)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 mod flusher;
 mod format;
 mod index;

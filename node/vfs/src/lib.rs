@@ -30,6 +30,13 @@
 //! file's last `sync_data` in process memory, so that a SIGKILL of the process loses exactly what
 //! was not fsynced, as a power cut would (the fault harness's `lose-unsynced` nemesis).
 
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::host_endian_bytes,
+    clippy::big_endian_bytes
+)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
 use std::fs::{File, OpenOptions};

@@ -1,6 +1,6 @@
 //! Jepsen-style fault harness: drives concurrent clients against a real ftkv cluster while a
 //! nemesis injects faults, records a [`history`], checks it with the [`checker`]s and writes a
-//! report. Design: `shared/design/TESTING.md`; names follow Jepsen (db, client, nemesis,
+//! report. Usage: README.md, "Fault testing (Jepsen-style)"; names follow Jepsen (db, client, nemesis,
 //! generator, history, checker).
 //!
 //! Layout, top-down: [`runner`] (one run: setup, workers, nemesis, final phase, checks, report),

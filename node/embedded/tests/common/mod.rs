@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ftkv_embedded::{Db, EmbeddedOptions, EngineKind, SyncMode};
-use ftkv_engine::fractal::TreeParams;
+use ftkv_engine::TreeParams;
 use ftkv_engine::{UpsertOp, WriteOp};
 use ftkv_log::LogOptions;
 use ftkv_vfs::{FaultVfs, Vfs};
@@ -144,16 +144,16 @@ pub fn random_batch(rng: &mut Rng, keys: u64, max_ops: u64, tag: u64) -> Vec<Wri
 pub use ftkv_engine::model::assert_same_as_model as assert_same;
 
 /// The database's engine opened by itself (as `Db::open` opens it with [`small_opts`]).
-pub fn engine_alone(vfs: &Arc<FaultVfs>) -> ftkv_engine::fractal::FractalEngine {
+pub fn engine_alone(vfs: &Arc<FaultVfs>) -> ftkv_engine::FractalEngine {
     let opts = small_opts();
-    ftkv_engine::fractal::FractalEngine::open_with_params(
+    ftkv_engine::FractalEngine::open_with(
         vfs.clone() as Arc<dyn Vfs>,
         &ftkv_engine::EngineOptions {
             dir: Path::new(DIR).join(ftkv_embedded::ENGINE_DIR_NAME),
             cache_size_bytes: opts.cache_size_bytes,
             compression_level: opts.compression_level,
         },
-        SMALL_TREE,
+        ftkv_engine::FractalOptions::with_tree(SMALL_TREE),
     )
     .unwrap()
 }

@@ -8,29 +8,29 @@
 //! same performance", 2006).
 
 /// Bits per key.
-const BITS_PER_KEY: usize = 10;
+pub(crate) const BITS_PER_KEY: usize = 10;
 /// Probes per key.
-const PROBES: u8 = 7;
+pub(crate) const PROBES: u8 = 7;
 
 /// A Bloom filter over key hashes. The empty filter built from no keys rejects everything;
 /// [`KeyFilter::everything`] accepts everything (nodes written before filters existed).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyFilter {
+pub(crate) struct KeyFilter {
     /// Probes per lookup; 0 = accept every key.
-    probes: u8,
+    pub(crate) probes: u8,
     /// The bit array, `words.len() * 64` bits.
-    words: Vec<u64>,
+    pub(crate) words: Vec<u64>,
 }
 
 impl KeyFilter {
     /// A filter over `hashes` (key hashes; duplicates are harmless), 10 bits per key.
-    pub fn build(hashes: impl ExactSizeIterator<Item = u64>) -> Self {
+    pub(crate) fn build(hashes: impl ExactSizeIterator<Item = u64>) -> Self {
         Self::build_with_bits(hashes, BITS_PER_KEY, PROBES)
     }
 
     /// A filter with `bits_per_key` bits per key and `probes` probes (spilled runs use 14 and
     /// 10: a point read may consult many runs, so each must rarely answer "maybe").
-    pub fn build_with_bits(
+    pub(crate) fn build_with_bits(
         hashes: impl ExactSizeIterator<Item = u64>,
         bits_per_key: usize,
         probes: u8,
@@ -58,19 +58,19 @@ impl KeyFilter {
     }
 
     /// A filter that accepts every key.
-    pub fn everything() -> Self {
+    pub(crate) fn everything() -> Self {
         KeyFilter {
             probes: 0,
             words: Vec::new(),
         }
     }
 
-    fn bits(&self) -> usize {
+    pub(crate) fn bits(&self) -> usize {
         self.words.len() * 64
     }
 
     /// False only when no key with this hash was added.
-    pub fn may_contain(&self, hash: u64) -> bool {
+    pub(crate) fn may_contain(&self, hash: u64) -> bool {
         if self.probes == 0 {
             return true;
         }
@@ -82,12 +82,12 @@ impl KeyFilter {
     }
 
     /// Bytes held in memory.
-    pub fn size_bytes(&self) -> usize {
+    pub(crate) fn size_bytes(&self) -> usize {
         16 + self.words.len() * 8
     }
 
     /// Appends the encoding: u8 probes, u32 word count, words as u64 little-endian.
-    pub fn encode(&self, out: &mut Vec<u8>) {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         out.push(self.probes);
         out.extend_from_slice(&(self.words.len() as u32).to_le_bytes());
         for w in &self.words {
@@ -96,7 +96,7 @@ impl KeyFilter {
     }
 
     /// Decodes from the front of `buf`; returns the filter and the bytes consumed.
-    pub fn decode(buf: &[u8]) -> Result<(Self, usize), String> {
+    pub(crate) fn decode(buf: &[u8]) -> Result<(Self, usize), String> {
         let probes = *buf.first().ok_or("truncated key filter")?;
         let mut n = [0u8; 4];
         n.copy_from_slice(buf.get(1..5).ok_or("truncated key filter")?);
@@ -122,7 +122,7 @@ impl KeyFilter {
 }
 
 /// Bit positions probed for `hash` in an array of `m` bits.
-fn probe_bits(hash: u64, probes: u8, m: usize) -> impl Iterator<Item = usize> {
+pub(crate) fn probe_bits(hash: u64, probes: u8, m: usize) -> impl Iterator<Item = usize> {
     let h1 = hash & 0xffff_ffff;
     let h2 = (hash >> 32) | 1;
     let m = m.max(1) as u64;
@@ -136,6 +136,8 @@ mod tests {
     use crate::fractal::msg::key_hash;
 
     #[test]
+    // Keys in big-endian so their byte order is their numeric order (test data, not stored).
+    #[allow(clippy::big_endian_bytes)]
     fn no_false_negatives_and_few_false_positives() {
         let keys: Vec<Vec<u8>> = (0..5000u32).map(|i| i.to_be_bytes().to_vec()).collect();
         let f = KeyFilter::build(keys.iter().map(|k| key_hash(k)));

@@ -20,17 +20,17 @@ use super::codec::{align_up, DATA_START};
 #[derive(Debug, Default)]
 pub(crate) struct Space {
     /// Free extents: offset -> length.
-    free: BTreeMap<u64, u64>,
+    pub(crate) free: BTreeMap<u64, u64>,
     /// End of the allocated space (the file may be longer until the next commit cuts it).
-    end: u64,
+    pub(crate) end: u64,
     /// Offsets of the blocks the newest durable checkpoint refers to (its BTT block included).
-    durable: HashSet<u64>,
+    pub(crate) durable: HashSet<u64>,
     /// Offsets of the blocks the previous durable checkpoint refers to.
-    fallback: HashSet<u64>,
+    pub(crate) fallback: HashSet<u64>,
     /// Offsets of the blocks the checkpoint being written refers to.
-    in_progress: HashSet<u64>,
+    pub(crate) in_progress: HashSet<u64>,
     /// Blocks out of the live tree that a checkpoint above still refers to: offset -> length.
-    deferred: BTreeMap<u64, u64>,
+    pub(crate) deferred: BTreeMap<u64, u64>,
 }
 
 impl Space {
@@ -154,7 +154,7 @@ impl Space {
             .chain(self.deferred.iter().map(|(o, l)| (*o, *l, "kept-for-checkpoint")))
     }
 
-    fn free_extent(&mut self, mut off: u64, mut len: u64) {
+    pub(crate) fn free_extent(&mut self, mut off: u64, mut len: u64) {
         if len == 0 {
             return;
         }
@@ -185,7 +185,7 @@ impl Space {
 }
 
 /// Whether any two extents of `spans` (offset -> length, sorted by offset) overlap.
-fn overlaps(spans: &BTreeMap<u64, u64>) -> bool {
+pub(crate) fn overlaps(spans: &BTreeMap<u64, u64>) -> bool {
     let mut prev_end = 0u64;
     for (&o, &l) in spans {
         if o < prev_end {

@@ -11,22 +11,24 @@ use super::{FractalEngine, TreeParams};
 use crate::{EngineOptions, UpsertOp, WriteOp};
 
 /// Opens (or creates) the tree in `/engine` on `vfs` with zstd level 1; `cleaner_period_ms`
-/// as [`FractalEngine::open_with_cleaner`] (`None`: no cleaner thread).
+/// as [`super::FractalOptions::cleaner_period_ms`] (`None`: no cleaner thread).
 pub(super) fn open_on(
     vfs: &Arc<FaultVfs>,
     params: TreeParams,
     cache_size_bytes: u64,
     cleaner_period_ms: Option<u64>,
 ) -> FractalEngine {
-    FractalEngine::open_with_cleaner(
+    FractalEngine::open_with(
         vfs.clone() as Arc<dyn Vfs>,
         &EngineOptions {
             dir: Path::new("/engine").to_path_buf(),
             cache_size_bytes,
             compression_level: Some(1),
         },
-        params,
-        cleaner_period_ms,
+        super::FractalOptions {
+            tree: params,
+            cleaner_period_ms,
+        },
     )
     .unwrap()
 }

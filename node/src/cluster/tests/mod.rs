@@ -63,8 +63,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Sui
             SuiteEngine::Model => Arc::new(ModelEngine::new()),
             SuiteEngine::Sled => Arc::new(SledEngine::open(&opts).map_err(to_err)?),
             SuiteEngine::Fractal => Arc::new(
-                ftkv_engine::fractal::FractalEngine::open(Arc::new(ftkv_vfs::RealVfs), &opts)
-                    .map_err(to_err)?,
+                ftkv_engine::FractalEngine::open(Arc::new(ftkv_vfs::RealVfs), &opts).map_err(to_err)?,
             ),
         };
         let sm = StateMachine::open(engine, &dir.path().join("snapshots"))?;
@@ -420,7 +419,7 @@ fn fractal(dir: &Path) -> Arc<dyn Engine> {
         cache_size_bytes: 16 << 20,
         compression_level: Some(1),
     };
-    Arc::new(ftkv_engine::fractal::FractalEngine::open(Arc::new(ftkv_vfs::RealVfs), &opts).unwrap())
+    Arc::new(ftkv_engine::FractalEngine::open(Arc::new(ftkv_vfs::RealVfs), &opts).unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

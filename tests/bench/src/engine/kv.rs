@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
-use ftkv_engine::fractal::FractalEngine;
+use ftkv_engine::FractalEngine;
 use ftkv_engine::{Engine, EngineKind, EngineOptions, UpsertOp, WriteOp};
 
 /// Which engine a child process runs.

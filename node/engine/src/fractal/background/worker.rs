@@ -1,5 +1,5 @@
 //! One background thread fed through a job channel, with a result channel back to the writer:
-//! the shape both [`super::writeback`] and [`super::flusher`] use. The thread never takes the
+//! the shape both [`super::writeback`] and [`super::leaf_flusher`] use. The thread never takes the
 //! engine lock; dropping the worker lets a running job finish and joins the thread.
 
 use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
@@ -11,11 +11,11 @@ use crate::{EngineError, Result};
 
 /// A named thread running `J -> R` jobs in order.
 pub(crate) struct Worker<J, R> {
-    name: &'static str,
-    jobs: Option<Sender<J>>,
+    pub(crate) name: &'static str,
+    pub(crate) jobs: Option<Sender<J>>,
     /// Behind a mutex only so the engine stays `Sync`: the writer alone uses it.
-    done: Mutex<Receiver<R>>,
-    thread: Option<JoinHandle<()>>,
+    pub(crate) done: Mutex<Receiver<R>>,
+    pub(crate) thread: Option<JoinHandle<()>>,
 }
 
 impl<J: Send + 'static, R: Send + 'static> Worker<J, R> {
@@ -64,7 +64,7 @@ impl<J: Send + 'static, R: Send + 'static> Worker<J, R> {
         self.done.get_mut().recv().map_err(|_| self.gone())
     }
 
-    fn gone(&self) -> EngineError {
+    pub(crate) fn gone(&self) -> EngineError {
         EngineError::Io {
             context: format!("{} thread", self.name),
             source: std::io::Error::other(format!("the {} thread stopped", self.name)),

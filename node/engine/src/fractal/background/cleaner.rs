@@ -7,7 +7,7 @@
 //! cached internal node down to half its gorge limit (which under cache pressure is a quarter
 //! node below the root, so pressure drives it too). Each round runs steps until a step finds
 //! nothing worth flushing (at most [`MAX_STEPS_PER_ROUND`]). A step
-//! ([`super::tree::Tree::clean_step`]) holds the engine's exclusive lock for one buffer flush and
+//! ([`crate::fractal::tree::Tree::clean_step`]) holds the engine's exclusive lock for one buffer flush and
 //! hands the lock straight to a waiting writer or reader when it ends, so a write that comes
 //! meanwhile waits for at most one step (one buffer's flush with its cascade, possibly waiting
 //! for a background leaf flush or a writeback job).
@@ -18,16 +18,14 @@
 //! 18.6 M rows with a 64 MiB cache, alternating binaries) it cost 5-10% of insert speed, and one
 //! run's peak RSS reached 283 MiB (runs of one binary vary by about 20 MiB, so the RSS cost is
 //! not measured well). Flushing beside the writer needs node-level locks (PerconaFT's pair
-//! locks); see issue 3's notes.
+//! locks), not built (issue 3 in the project's issue tracker).
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub(crate) use crate::fractal::limits::MAX_STEPS_PER_ROUND;
 use parking_lot::{Condvar, Mutex};
-
-/// Steps per round at most (then the thread sleeps until the next wake or period).
-pub(crate) const MAX_STEPS_PER_ROUND: usize = 256;
 
 /// Default time between rounds when nobody wakes the thread, in milliseconds (PerconaFT's
 /// `cleaner_period` default is 1 s).
@@ -44,20 +42,20 @@ pub(crate) enum Step {
 }
 
 #[derive(Default)]
-struct State {
-    wake: bool,
-    stop: bool,
+pub(crate) struct State {
+    pub(crate) wake: bool,
+    pub(crate) stop: bool,
 }
 
-struct Shared {
-    state: Mutex<State>,
-    cv: Condvar,
+pub(crate) struct Shared {
+    pub(crate) state: Mutex<State>,
+    pub(crate) cv: Condvar,
 }
 
 /// Handle of the cleaner thread; dropping it stops and joins the thread.
 pub(crate) struct Cleaner {
-    shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) thread: Option<JoinHandle<()>>,
 }
 
 impl Cleaner {

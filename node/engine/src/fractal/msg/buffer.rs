@@ -1,241 +1,11 @@
-//! Messages and the per-child message buffers of internal nodes (PerconaFT `ft/msg.h`,
-//! `ft/msg_buffer.cc`).
-//!
-//! Every write becomes a message stamped with a message sequence number (MSN) when it is injected
-//! at the root. A buffer keeps point messages in an append log with a hash index by key (see
-//! [`Buffer`]) and range messages (`DeleteRange`, `UpsertRange`: the broadcast of TokuDB's instant ADD
-//! COLUMN) in MSN order, so a point read looks up one key per buffer instead of scanning it.
+//! The per-child message buffer: an append log of point messages with a hash index by key,
+//! and range messages in MSN order.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::OnceLock;
-
-use super::filter::KeyFilter;
-use crate::ops::{apply_broadcast, apply_upsert, in_range, UpsertOp};
-
-/// Message sequence number: strictly increasing across all messages of a tree.
-pub type Msn = u64;
-
-/// Per-message overhead counted in sizes, in bytes: the in-memory cost (log slot, hash-index
-/// entry, key and value allocations) beyond key and value bytes, so node sizes track memory use.
-pub const MSG_OVERHEAD_BYTES: usize = 112;
-
-/// What a point message does to its key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PointOp {
-    /// Set the value.
-    Put(Vec<u8>),
-    /// Remove the key.
-    Delete,
-    /// Read-free update of the value.
-    Upsert(UpsertOp),
-}
-
-/// What a range message does to the keys present in its range.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RangeOp {
-    /// Remove every key in the range.
-    Delete,
-    /// Apply the op to every present key in the range (a broadcast).
-    Upsert(UpsertOp),
-}
-
-/// A message over `[start, end)` (`end = None`: unbounded).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RangeMsg {
-    /// Sequence number.
-    pub msn: Msn,
-    /// Inclusive start.
-    pub start: Vec<u8>,
-    /// Exclusive end, `None` = unbounded.
-    pub end: Option<Vec<u8>>,
-    /// Operation.
-    pub op: RangeOp,
-}
-
-impl RangeMsg {
-    /// Whether the message covers `key`.
-    pub fn covers(&self, key: &[u8]) -> bool {
-        in_range(key, &self.start, self.end.as_deref())
-    }
-
-    /// Whether `[start, end)` intersects `[lo, hi)` (`None` bounds are infinite).
-    pub fn overlaps(&self, lo: Option<&[u8]>, hi: Option<&[u8]>) -> bool {
-        let starts_before_hi = hi.is_none_or(|h| self.start.as_slice() < h);
-        let ends_after_lo = match (&self.end, lo) {
-            (Some(e), Some(l)) => e.as_slice() > l,
-            _ => true,
-        };
-        starts_before_hi && ends_after_lo
-    }
-
-    fn size_bytes(&self) -> usize {
-        MSG_OVERHEAD_BYTES + self.start.len() + self.end.as_ref().map_or(0, Vec::len) + op_size(&self.op)
-    }
-}
-
-fn op_size(op: &RangeOp) -> usize {
-    match op {
-        RangeOp::Delete => 0,
-        RangeOp::Upsert(u) => upsert_size(u),
-    }
-}
-
-fn upsert_size(op: &UpsertOp) -> usize {
-    match op {
-        UpsertOp::SetIfAbsent(v) | UpsertOp::Append(v) | UpsertOp::Max(v) => v.len() + 4,
-        UpsertOp::Add(_) => 8,
-    }
-}
-
-/// A message of either shape.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Msg {
-    /// One key.
-    Point {
-        /// Sequence number.
-        msn: Msn,
-        /// Key.
-        key: Vec<u8>,
-        /// Operation.
-        op: PointOp,
-    },
-    /// A key range.
-    Range(RangeMsg),
-}
-
-impl Msg {
-    /// The message's MSN.
-    pub fn msn(&self) -> Msn {
-        match self {
-            Msg::Point { msn, .. } => *msn,
-            Msg::Range(r) => r.msn,
-        }
-    }
-
-    /// The key of a point message, the start key of a range message.
-    pub fn key_or_start(&self) -> &[u8] {
-        match self {
-            Msg::Point { key, .. } => key,
-            Msg::Range(r) => &r.start,
-        }
-    }
-
-    /// Bytes counted against node sizes.
-    pub fn size_bytes(&self) -> usize {
-        match self {
-            Msg::Point { key, op, .. } => point_size(key, op),
-            Msg::Range(r) => r.size_bytes(),
-        }
-    }
-}
-
-fn point_size(key: &[u8], op: &PointOp) -> usize {
-    MSG_OVERHEAD_BYTES
-        + key.len()
-        + match op {
-            PointOp::Put(v) => v.len(),
-            PointOp::Delete => 0,
-            PointOp::Upsert(u) => upsert_size(u),
-        }
-}
-
-/// A borrowed message (see [`Buffer::sorted_refs`]).
-#[derive(Debug, Clone, Copy)]
-pub enum MsgRef<'a> {
-    /// One key.
-    Point {
-        /// Sequence number.
-        msn: Msn,
-        /// Key.
-        key: &'a [u8],
-        /// Operation.
-        op: &'a PointOp,
-    },
-    /// A key range.
-    Range(&'a RangeMsg),
-}
-
-impl MsgRef<'_> {
-    /// The message's MSN.
-    pub fn msn(&self) -> Msn {
-        match self {
-            MsgRef::Point { msn, .. } => *msn,
-            MsgRef::Range(r) => r.msn,
-        }
-    }
-}
-
-/// Applies a point op to one value (`None` = absent).
-pub fn apply_point(value: Option<Vec<u8>>, op: &PointOp) -> Option<Vec<u8>> {
-    match op {
-        PointOp::Put(v) => Some(v.clone()),
-        PointOp::Delete => None,
-        PointOp::Upsert(u) => apply_upsert(value.as_deref(), u),
-    }
-}
-
-/// Like [`apply_point`], consuming the op (a `Put` moves its value instead of copying it).
-pub fn apply_point_owned(value: Option<Vec<u8>>, op: PointOp) -> Option<Vec<u8>> {
-    match op {
-        PointOp::Put(v) => Some(v),
-        PointOp::Delete => None,
-        PointOp::Upsert(u) => apply_upsert(value.as_deref(), &u),
-    }
-}
-
-/// Applies a range op to one present value; `None` = deleted.
-pub fn apply_range(value: &[u8], op: &RangeOp) -> Option<Vec<u8>> {
-    match op {
-        RangeOp::Delete => None,
-        RangeOp::Upsert(u) => Some(apply_broadcast(value, u)),
-    }
-}
-
-/// A run of one child's older point messages spilled to disk as an immutable block (registered
-/// in the BTT under `id`, sorted by (key, MSN)): the buffer of a child that is not cached spills
-/// instead of reading the child, and the runs are merged into the child only once they add up to
-/// about a node (SplinterDB's size-tiered Bε-tree, Conway et al., USENIX ATC 2020, keeps such
-/// "branches" in its trunk nodes for the same reason). Every message in a run is older than every
-/// message still in memory in the same buffer for the same key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunRef {
-    /// Block id in the BTT.
-    pub id: u64,
-    /// Messages in the run.
-    pub msgs: u32,
-    /// Sum of the messages' counted sizes ([`Msg::size_bytes`]).
-    pub bytes: u64,
-    /// Smallest key in the run.
-    pub min_key: Vec<u8>,
-    /// Largest key in the run.
-    pub max_key: Vec<u8>,
-    /// Bloom filter over the run's keys.
-    pub filter: KeyFilter,
-}
-
-impl RunRef {
-    /// Memory the reference takes in its parent node.
-    pub fn memory_bytes(&self) -> usize {
-        64 + self.min_key.len() + self.max_key.len() + self.filter.size_bytes()
-    }
-
-    /// False only when the run holds no message for `key` (hash `hash`).
-    pub fn may_hold(&self, key: &[u8], hash: u64) -> bool {
-        // The filter first: it rules out most runs with one probe, where the bounds would cost
-        // two key loads (both spans cover most of a child's range under random inserts).
-        self.filter.may_contain(hash) && key >= self.min_key.as_slice() && key <= self.max_key.as_slice()
-    }
-
-    /// Whether the run's key span meets `[lo, hi)` (`None` bounds infinite).
-    pub fn overlaps(&self, lo: Option<&[u8]>, hi: Option<&[u8]>) -> bool {
-        lo.is_none_or(|l| self.max_key.as_slice() >= l) && hi.is_none_or(|h| self.min_key.as_slice() < h)
-    }
-}
+use super::*;
 
 /// Hasher for keys that already are xxh3 hashes ([`key_hash`]): passes the value through.
 #[derive(Debug, Default, Clone, Copy)]
-struct PrehashedHasher(u64);
+pub(crate) struct PrehashedHasher(u64);
 
 impl Hasher for PrehashedHasher {
     fn finish(&self) -> u64 {
@@ -255,26 +25,26 @@ impl Hasher for PrehashedHasher {
 }
 
 /// Key hash -> index of the newest slot with that hash (the head of its chain).
-type HashHeads = HashMap<u64, u32, BuildHasherDefault<PrehashedHasher>>;
+pub(crate) type HashHeads = HashMap<u64, u32, BuildHasherDefault<PrehashedHasher>>;
 
 /// End of a hash chain.
-const NO_SLOT: u32 = u32::MAX;
+pub(crate) const NO_SLOT: u32 = u32::MAX;
 
 /// One point message in a buffer's append log.
 #[derive(Debug, Clone)]
-struct Slot {
+pub(crate) struct Slot {
     /// Sequence number.
-    msn: Msn,
+    pub(crate) msn: Msn,
     /// Key (emptied once superseded).
-    key: Vec<u8>,
+    pub(crate) key: Vec<u8>,
     /// Operation (`Delete` once superseded, dropping any payload).
-    op: PointOp,
+    pub(crate) op: PointOp,
     /// [`key_hash`] of `key`.
-    hash: u64,
+    pub(crate) hash: u64,
     /// Previous (older) slot with the same hash, [`NO_SLOT`] at the end of the chain.
-    prev: u32,
+    pub(crate) prev: u32,
     /// False once a newer `Put`/`Delete` of the key superseded it.
-    live: bool,
+    pub(crate) live: bool,
 }
 
 /// The message buffer of one child of an internal node.
@@ -286,29 +56,29 @@ struct Slot {
 /// marked dead (their payload dropped) and compacted away when they make up half the log. The
 /// (key, MSN) order needed by range reads is built on demand and cached until the next push.
 #[derive(Debug, Clone)]
-pub struct Buffer {
+pub(crate) struct Buffer {
     /// Point messages in arrival order (live and superseded).
-    slots: Vec<Slot>,
+    pub(crate) slots: Vec<Slot>,
     /// Newest slot per key hash.
-    heads: HashHeads,
+    pub(crate) heads: HashHeads,
     /// Superseded slots still in `slots`.
-    dead: usize,
+    pub(crate) dead: usize,
     /// Whether `slots` is in strictly increasing MSN order.
-    msn_sorted: bool,
+    pub(crate) msn_sorted: bool,
     /// Range messages in increasing MSN order.
-    ranges: Vec<RangeMsg>,
+    pub(crate) ranges: Vec<RangeMsg>,
     /// Sum of message sizes.
-    bytes: usize,
+    pub(crate) bytes: usize,
     /// Bytes of delete and range-delete messages (flushed first: they shrink the tree).
-    delete_bytes: usize,
+    pub(crate) delete_bytes: usize,
     /// Number of messages.
-    count: usize,
+    pub(crate) count: usize,
     /// Indices of live slots sorted by (key, MSN); built by range reads, reset by pushes.
-    key_order: OnceLock<Vec<u32>>,
+    pub(crate) key_order: OnceLock<Vec<u32>>,
     /// Older point messages spilled to disk, oldest first (see [`RunRef`]).
-    spilled: Vec<RunRef>,
+    pub(crate) spilled: Vec<RunRef>,
     /// Sum of `spilled[..].bytes`.
-    spilled_bytes: usize,
+    pub(crate) spilled_bytes: usize,
 }
 
 impl Default for Buffer {
@@ -340,131 +110,66 @@ impl PartialEq for Buffer {
 
 impl Eq for Buffer {}
 
-/// Byte-wise (lexicographic) order of two keys, the order of every key in the tree, with a fast
-/// path: when both keys have at least 8 bytes, their first 8 bytes are compared as big-endian
-/// `u64`s (the same order), and `memcmp` runs only when those are equal. With random keys that
-/// settles nearly every comparison of a flush's pivot search or a spill's sort in registers
-/// (they were about 13% of the writer's samples beyond memory, mostly `memcmp` calls).
-#[inline]
-pub fn key_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
-    if let (Some(pa), Some(pb)) = (a.first_chunk::<8>(), b.first_chunk::<8>()) {
-        let (pa, pb) = (u64::from_be_bytes(*pa), u64::from_be_bytes(*pb));
-        if pa != pb {
-            return pa.cmp(&pb);
-        }
-    }
-    a.cmp(b)
-}
-
-/// The first 8 bytes of `key` as a big-endian `u64`, zero-padded: `key_prefix(a) <
-/// key_prefix(b)` implies `a < b`, so a search over a contiguous array of prefixes settles most
-/// comparisons without touching the keys (each its own allocation, a cache miss apiece).
-#[inline]
-pub fn key_prefix(key: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    let n = key.len().min(8);
-    b[..n].copy_from_slice(&key[..n]);
-    u64::from_be_bytes(b)
-}
-
-/// The number of sorted keys at or below `key`, i.e. `keys.partition_point(|k| k <= key)`,
-/// where `prefixes[i]` is [`key_prefix`] of key `i` and `key_le(i)` compares key `i` in full
-/// (asked only when its prefix equals `key`'s).
-#[inline]
-pub fn count_at_or_below(prefixes: &[u64], key: &[u8], key_le: impl Fn(usize) -> bool) -> usize {
-    let kp = key_prefix(key);
-    let (mut lo, mut hi) = (0usize, prefixes.len());
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        let p = prefixes[mid];
-        if p < kp || (p == kp && key_le(mid)) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    lo
-}
-
-/// Sorts point messages by (key, MSN); range messages (none are expected: spills and runs hold
-/// point messages only) go after them in MSN order, so the order is total. A (key, MSN) pair is
-/// unique among the messages of one buffer or run (every op has its own MSN and a buffer drops
-/// a re-delivered one), so an unstable sort gives the one order.
-pub fn sort_points_by_key(msgs: &mut [Msg]) {
-    msgs.sort_unstable_by(|a, b| match (a, b) {
-        (Msg::Point { key: ka, msn: ma, .. }, Msg::Point { key: kb, msn: mb, .. }) => {
-            key_cmp(ka, kb).then(ma.cmp(mb))
-        }
-        (Msg::Point { .. }, Msg::Range(_)) => std::cmp::Ordering::Less,
-        (Msg::Range(_), Msg::Point { .. }) => std::cmp::Ordering::Greater,
-        (Msg::Range(ra), Msg::Range(rb)) => ra.msn.cmp(&rb.msn),
-    });
-}
-
-/// Hash of a key for the per-buffer filters.
-pub fn key_hash(key: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(key)
-}
-
 /// Slots older than this many dead ones are never compacted (small buffers keep their garbage).
-const COMPACT_MIN_DEAD: usize = 64;
+pub(crate) const COMPACT_MIN_DEAD: usize = 64;
 
 impl Buffer {
     /// An empty buffer.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Bytes of messages held.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 
     /// Flush priority: bytes, with deletes counted twice.
-    pub fn flush_weight(&self) -> usize {
+    pub(crate) fn flush_weight(&self) -> usize {
         self.bytes + self.delete_bytes
     }
 
+    #[cfg(test)]
     /// Number of messages held.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.count
     }
 
     /// True when no message is held, in memory or spilled.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.count == 0 && self.spilled.is_empty()
     }
 
     /// Memory the buffer takes: its in-memory messages plus the references to spilled runs.
-    pub fn memory_bytes(&self) -> usize {
+    pub(crate) fn memory_bytes(&self) -> usize {
         self.bytes + self.spilled.iter().map(RunRef::memory_bytes).sum::<usize>()
     }
 
     /// Runs spilled to disk, oldest first.
-    pub fn spilled(&self) -> &[RunRef] {
+    pub(crate) fn spilled(&self) -> &[RunRef] {
         &self.spilled
     }
 
     /// Counted bytes of the spilled runs' messages.
-    pub fn spilled_bytes(&self) -> usize {
+    pub(crate) fn spilled_bytes(&self) -> usize {
         self.spilled_bytes
     }
 
     /// Records a run just spilled (its messages are older than those still in memory).
-    pub fn push_spilled(&mut self, run: RunRef) {
+    pub(crate) fn push_spilled(&mut self, run: RunRef) {
         self.spilled_bytes += run.bytes as usize;
         self.spilled.push(run);
     }
 
     /// Removes and returns the spilled runs, oldest first.
-    pub fn take_spilled(&mut self) -> Vec<RunRef> {
+    pub(crate) fn take_spilled(&mut self) -> Vec<RunRef> {
         self.spilled_bytes = 0;
         std::mem::take(&mut self.spilled)
     }
 
     /// Removes the in-memory point messages and returns them sorted by (key, MSN), for a spill;
     /// range messages and spilled runs stay.
-    pub fn take_points(&mut self) -> Vec<Msg> {
+    pub(crate) fn take_points(&mut self) -> Vec<Msg> {
         let slots = std::mem::take(&mut self.slots);
         self.heads.clear();
         self.dead = 0;
@@ -495,7 +200,7 @@ impl Buffer {
     /// supersedes the older point messages of its key (they can no longer change the outcome).
     /// A message whose MSN is already present (for its key, or among range messages) is skipped
     /// (idempotent re-delivery).
-    pub fn push(&mut self, msg: Msg) {
+    pub(crate) fn push(&mut self, msg: Msg) {
         let size = msg.size_bytes();
         match msg {
             Msg::Point { msn, key, op } => self.push_point(msn, key, op, size),
@@ -514,7 +219,7 @@ impl Buffer {
         }
     }
 
-    fn push_point(&mut self, msn: Msn, key: Vec<u8>, op: PointOp, size: usize) {
+    pub(crate) fn push_point(&mut self, msn: Msn, key: Vec<u8>, op: PointOp, size: usize) {
         if self.key_order.get().is_some() {
             self.key_order = OnceLock::new();
         }
@@ -570,7 +275,7 @@ impl Buffer {
     }
 
     /// Drops superseded slots and rebuilds the hash chains.
-    fn compact(&mut self) {
+    pub(crate) fn compact(&mut self) {
         self.slots.retain(|s| s.live);
         self.dead = 0;
         self.heads.clear();
@@ -581,12 +286,12 @@ impl Buffer {
         self.key_order = OnceLock::new();
     }
 
-    fn live_slots(&self) -> impl Iterator<Item = &Slot> {
+    pub(crate) fn live_slots(&self) -> impl Iterator<Item = &Slot> {
         self.slots.iter().filter(|s| s.live)
     }
 
     /// Recomputes `(bytes, delete_bytes, count)` from scratch (integrity checks).
-    pub fn recompute(&self) -> (usize, usize, usize) {
+    pub(crate) fn recompute(&self) -> (usize, usize, usize) {
         let mut bytes = 0;
         let mut deletes = 0;
         let mut count = 0;
@@ -608,13 +313,13 @@ impl Buffer {
     }
 
     /// Stored counters `(bytes, delete_bytes, count)`.
-    pub fn counters(&self) -> (usize, usize, usize) {
+    pub(crate) fn counters(&self) -> (usize, usize, usize) {
         (self.bytes, self.delete_bytes, self.count)
     }
 
     /// Removes and returns every in-memory message in increasing MSN order (spilled runs stay:
     /// take them with [`Buffer::take_spilled`]).
-    pub fn take_all(&mut self) -> Vec<Msg> {
+    pub(crate) fn take_all(&mut self) -> Vec<Msg> {
         let spilled = std::mem::take(&mut self.spilled);
         let spilled_bytes = self.spilled_bytes;
         let taken = std::mem::take(self);
@@ -640,12 +345,12 @@ impl Buffer {
     }
 
     /// Every message in increasing MSN order (cloned; for serialization and checks).
-    pub fn messages(&self) -> Vec<Msg> {
+    pub(crate) fn messages(&self) -> Vec<Msg> {
         self.clone().take_all()
     }
 
     /// Borrowed views of every message in increasing MSN order (serialization without copies).
-    pub fn sorted_refs(&self) -> Vec<MsgRef<'_>> {
+    pub(crate) fn sorted_refs(&self) -> Vec<MsgRef<'_>> {
         let mut out: Vec<MsgRef<'_>> = Vec::with_capacity(self.count);
         out.extend(self.live_slots().map(|s| MsgRef::Point {
             msn: s.msn,
@@ -662,7 +367,7 @@ impl Buffer {
     /// Messages that may affect `key`, appended to `out` (point messages of the key in MSN
     /// order, then range messages covering it in MSN order).
     /// `hash` is [`key_hash`] of `key`.
-    pub fn collect_for_key(&self, key: &[u8], hash: u64, out: &mut Vec<Msg>) {
+    pub(crate) fn collect_for_key(&self, key: &[u8], hash: u64, out: &mut Vec<Msg>) {
         let first = out.len();
         let mut at = self.heads.get(&hash).copied().unwrap_or(NO_SLOT);
         while let Some(s) = self.slots.get(at as usize) {
@@ -686,7 +391,7 @@ impl Buffer {
     }
 
     /// Indices of live slots sorted by (key, MSN), built on first use after a change.
-    fn key_order(&self) -> &[u32] {
+    pub(crate) fn key_order(&self) -> &[u32] {
         self.key_order.get_or_init(|| {
             let mut order: Vec<u32> = (0..self.slots.len() as u32)
                 .filter(|&i| self.slots.get(i as usize).is_some_and(|s| s.live))
@@ -700,15 +405,16 @@ impl Buffer {
     }
 
     /// Live slots in (key, MSN) order.
-    fn slots_by_key(&self) -> impl Iterator<Item = &Slot> {
+    pub(crate) fn slots_by_key(&self) -> impl Iterator<Item = &Slot> {
         self.key_order()
             .iter()
             .filter_map(|&i| self.slots.get(i as usize))
     }
 
+    #[cfg(test)]
     /// Messages that may affect keys in `[lo, hi)` (`None` bounds infinite), appended to `out`
     /// (point messages in (key, MSN) order, then overlapping range messages in MSN order).
-    pub fn collect_for_range(&self, lo: Option<&[u8]>, hi: Option<&[u8]>, out: &mut Vec<Msg>) {
+    pub(crate) fn collect_for_range(&self, lo: Option<&[u8]>, hi: Option<&[u8]>, out: &mut Vec<Msg>) {
         self.collect_for_range_limited(lo, hi, usize::MAX, out);
     }
 
@@ -716,7 +422,7 @@ impl Buffer {
     /// distinct keys (at least one). Returns the first key left out when it stopped early: the
     /// messages appended are then complete for `[lo, that key)` only (a scan's page needs a
     /// few keys, not the whole buffer). Range messages are always all appended.
-    pub fn collect_for_range_limited(
+    pub(crate) fn collect_for_range_limited(
         &self,
         lo: Option<&[u8]>,
         hi: Option<&[u8]>,
@@ -770,7 +476,7 @@ impl Buffer {
 
     /// Moves every message of `other` in (used when two children merge; their key ranges are
     /// disjoint, range messages delivered to both are kept once).
-    pub fn absorb(&mut self, other: Buffer) {
+    pub(crate) fn absorb(&mut self, other: Buffer) {
         let mut other = other;
         for m in other.take_all() {
             self.push(m);
@@ -780,8 +486,9 @@ impl Buffer {
         }
     }
 
+    #[cfg(test)]
     /// Smallest and largest MSN held (`None` when empty).
-    pub fn msn_bounds(&self) -> Option<(Msn, Msn)> {
+    pub(crate) fn msn_bounds(&self) -> Option<(Msn, Msn)> {
         let mut lo = Msn::MAX;
         let mut hi = 0;
         for m in self
@@ -796,14 +503,14 @@ impl Buffer {
     }
 
     /// Point messages held as `(msn, key, op)` in (key, MSN) order (integrity checks).
-    pub fn point_msgs(&self) -> impl Iterator<Item = (Msn, &[u8], &PointOp)> {
+    pub(crate) fn point_msgs(&self) -> impl Iterator<Item = (Msn, &[u8], &PointOp)> {
         self.slots_by_key().map(|s| (s.msn, s.key.as_slice(), &s.op))
     }
 
     /// Whether the hash index (the key filter) is consistent: every live message is reachable
     /// from its key's chain (a filter miss must be exact), hashes match keys, and the
     /// superseded count matches. Returns the first problem found.
-    pub fn check_index(&self) -> std::result::Result<(), String> {
+    pub(crate) fn check_index(&self) -> std::result::Result<(), String> {
         let live = self.live_slots().count();
         if live + self.dead != self.slots.len() {
             return Err(format!(
@@ -834,16 +541,12 @@ impl Buffer {
     }
 
     /// Key hashes of the live point messages (for the stored key filter).
-    pub fn point_hashes(&self) -> Vec<u64> {
+    pub(crate) fn point_hashes(&self) -> Vec<u64> {
         self.live_slots().map(|s| s.hash).collect()
     }
 
     /// Range messages held, in MSN order.
-    pub fn range_msgs(&self) -> &[RangeMsg] {
+    pub(crate) fn range_msgs(&self) -> &[RangeMsg] {
         &self.ranges
     }
 }
-
-#[cfg(test)]
-#[path = "msg_tests.rs"]
-mod tests;

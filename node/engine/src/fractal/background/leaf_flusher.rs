@@ -14,14 +14,12 @@
 
 use std::collections::VecDeque;
 
-use super::msg::Msg;
-use super::node::{Leaf, Node, NodeId};
-use super::store::DetachedBlock;
 use super::worker::Worker;
+pub(crate) use crate::fractal::limits::MAX_IN_FLIGHT;
+use crate::fractal::msg::Msg;
+use crate::fractal::node::{Leaf, Node, NodeId};
+use crate::fractal::store::DetachedBlock;
 use crate::{EngineError, Result};
-
-/// Flushes in flight at most: each holds a decoded leaf and its runs in memory.
-pub(crate) const MAX_IN_FLIGHT: usize = 2;
 
 /// One leaf flush to run in the background.
 pub(crate) struct LeafFlushJob {
@@ -39,7 +37,7 @@ pub(crate) struct LeafFlushDone {
 }
 
 impl LeafFlushJob {
-    fn run(self) -> Result<LeafFlushDone> {
+    pub(crate) fn run(self) -> Result<LeafFlushDone> {
         let mut msgs: Vec<Msg> = Vec::new();
         for (count, run) in &self.runs {
             let m = run.read_run()?;
@@ -91,10 +89,10 @@ pub struct FlushTotals {
 
 /// The flusher thread and the flushes in flight (oldest first).
 pub(crate) struct Flusher {
-    worker: Worker<LeafFlushJob, (NodeId, Result<LeafFlushDone>)>,
+    pub(crate) worker: Worker<LeafFlushJob, (NodeId, Result<LeafFlushDone>)>,
     pub(crate) in_flight: VecDeque<InFlight>,
     /// Results received but not installed yet.
-    ready: Vec<(NodeId, Result<LeafFlushDone>)>,
+    pub(crate) ready: Vec<(NodeId, Result<LeafFlushDone>)>,
     pub(crate) totals: FlushTotals,
 }
 

@@ -12,8 +12,8 @@
 
 use std::time::Instant;
 
-use super::store::{WritebackDone, WritebackJob, WritebackStats};
 use super::worker::Worker;
+use crate::fractal::store::{WritebackDone, WritebackJob, WritebackStats};
 use crate::Result;
 
 /// Totals of background writeback since open.
@@ -40,8 +40,8 @@ pub struct WritebackTotals {
 
 /// The writeback thread and whether it runs a job.
 pub(crate) struct Writeback {
-    worker: Worker<WritebackJob, Result<WritebackDone>>,
-    running: bool,
+    pub(crate) worker: Worker<WritebackJob, Result<WritebackDone>>,
+    pub(crate) running: bool,
     pub(crate) totals: WritebackTotals,
 }
 

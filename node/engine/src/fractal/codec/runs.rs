@@ -1,0 +1,433 @@
+//! Spilled runs: encoding, the frame index, and decoding of frames.
+
+use super::*;
+pub(crate) use crate::fractal::limits::RUN_FRAME_RAW_BYTES;
+
+/// Fixed header bytes of a format-3 run block.
+pub(crate) const RUN_FIXED_HEADER_BYTES: usize = 40;
+
+/// Encodes one message of a run payload.
+pub(crate) fn encode_run_msg(p: &mut W, m: &Msg) -> Result<()> {
+    let Msg::Point { msn, key, op } = m else {
+        return Err(EngineError::InvalidArgument(
+            "range message in a spilled run".into(),
+        ));
+    };
+    encode_point(p, *msn, key, op);
+    Ok(())
+}
+
+/// Encodes one point message as runs and framed buffers store it: u64 MSN, u8 tag (1 Put,
+/// 2 Delete, 3 Upsert), key, then the value or the op.
+pub(crate) fn encode_point(p: &mut W, msn: Msn, key: &[u8], op: &PointOp) {
+    p.u64(msn);
+    match op {
+        PointOp::Put(v) => {
+            p.u8(1);
+            p.bytes(key);
+            p.bytes(v);
+        }
+        PointOp::Delete => {
+            p.u8(2);
+            p.bytes(key);
+        }
+        PointOp::Upsert(u) => {
+            p.u8(3);
+            p.bytes(key);
+            encode_upsert(p, u);
+        }
+    }
+}
+
+/// Encodes a run as format 2 wrote it (36-byte header, one payload, zstd level 1 when
+/// `compressed`), for compatibility tests.
+#[cfg(test)]
+pub(crate) fn encode_run_v2(id: u64, msgs: &[Msg], compressed: bool) -> Vec<u8> {
+    let mut p = W::default();
+    for m in msgs {
+        encode_run_msg(&mut p, m).expect("point messages");
+    }
+    let raw_len = p.0.len() as u32;
+    let payload = if compressed {
+        zstd::bulk::compress(&p.0, 1).expect("zstd")
+    } else {
+        p.0
+    };
+    let mut w = W::default();
+    w.0.extend_from_slice(RUN_MAGIC);
+    w.u32(2);
+    w.u64(id);
+    w.u8(u8::from(compressed));
+    w.0.extend_from_slice(&[0, 0, 0]);
+    w.u32(raw_len);
+    w.u32(msgs.len() as u32);
+    let crc = crc32c::crc32c(&w.0);
+    w.u32(crc);
+    w.0.extend_from_slice(&payload);
+    w.0
+}
+
+/// Encodes a spilled run (point messages sorted by (key, MSN)), format 3: a 40-byte fixed
+/// header (magic `FTKVRUN\0`, u32 version, u64 run id, u8 compressed, 3 zero bytes, u32 frame
+/// count, u32 message count, u32 frame index length, u32 crc32c of the 36 bytes before), the
+/// frame index (per frame: first key, u32 messages, u32 stored length, u32 raw length, u32
+/// crc32c of the stored bytes; then a u32 crc32c of the index), then the frames, each about
+/// [`RUN_FRAME_RAW_BYTES`] of messages (zstd-compressed or raw): per message u64 MSN, u8 tag (1
+/// Put, 2 Delete, 3 Upsert), key, value or op. A key's messages never straddle two frames.
+///
+/// Runs are transient (merged into their child within a node's worth of messages), so they are
+/// compressed at [`transient_level`] of `level`.
+pub(crate) fn encode_run(id: u64, msgs: &[Msg], level: Option<i32>) -> Result<Vec<u8>> {
+    let level = transient_level(level);
+    let mut fw = FrameWriter::new(RUN_FRAME_RAW_BYTES, level);
+    for (i, m) in msgs.iter().enumerate() {
+        let key = m.key_or_start();
+        // Cut only between two keys.
+        let new_key = i == 0 || msgs.get(i - 1).map(Msg::key_or_start) != Some(key);
+        fw.begin_item(key, new_key)?;
+        encode_run_msg(&mut fw.raw, m)?;
+    }
+    let frames = fw.finish()?;
+    let mut index = W::default();
+    write_frame_table(&frames, &mut index);
+    let icrc = crc32c::crc32c(&index.0);
+    index.u32(icrc);
+    let mut w = W(take_block_buf(
+        RUN_FIXED_HEADER_BYTES + index.0.len() + frames.iter().map(|f| f.stored.len()).sum::<usize>(),
+    ));
+    w.0.extend_from_slice(RUN_MAGIC);
+    w.u32(FORMAT_VERSION);
+    w.u64(id);
+    w.u8(u8::from(level.is_some()));
+    w.0.extend_from_slice(&[0, 0, 0]);
+    w.u32(len_u32(frames.len(), "frame count")?);
+    w.u32(len_u32(msgs.len(), "run messages")?);
+    w.u32(len_u32(index.0.len(), "run frame index")?);
+    let crc = crc32c::crc32c(&w.0);
+    w.u32(crc);
+    debug_assert_eq!(w.0.len(), RUN_FIXED_HEADER_BYTES);
+    w.0.extend_from_slice(&index.0);
+    for f in &frames {
+        w.0.extend_from_slice(&f.stored);
+    }
+    Ok(w.0)
+}
+
+/// One frame of a run, from its index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RunFrame {
+    /// Key of the frame's first message.
+    pub(crate) first_key: Vec<u8>,
+    /// Messages in the frame.
+    pub(crate) msgs: u32,
+    /// Offset of the stored bytes from the block start.
+    pub(crate) offset: u64,
+    /// Stored (possibly compressed) length in bytes.
+    pub(crate) stored_len: u32,
+    /// Uncompressed length in bytes.
+    pub(crate) raw_len: u32,
+    /// crc32c of the stored bytes.
+    pub(crate) crc: u32,
+}
+
+/// A run block's fixed header and frame index: enough to read any one frame alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RunIndex {
+    /// Format version of the block (frames carry crcs and first keys from version 3).
+    pub(crate) version: u32,
+    /// Frames are zstd-compressed.
+    pub(crate) compressed: bool,
+    /// Messages in the run.
+    pub(crate) msgs: u32,
+    /// Frames in key order (a version-2 run has one frame without a first key).
+    pub(crate) frames: Vec<RunFrame>,
+}
+
+impl RunIndex {
+    /// Bytes this index takes in memory (for cache accounting).
+    pub(crate) fn size_bytes(&self) -> usize {
+        64 + self.frames.iter().map(|f| 48 + f.first_key.len()).sum::<usize>()
+    }
+
+    /// The frames that can hold keys in `[lo, hi)` (`hi` None: unbounded), as an index range.
+    pub(crate) fn frames_for(&self, lo: &[u8], hi: Option<&[u8]>) -> std::ops::Range<usize> {
+        // The last frame starting at or before `lo` (a key's messages never straddle frames).
+        let start = self
+            .frames
+            .partition_point(|f| f.first_key.as_slice() <= lo)
+            .saturating_sub(1);
+        let end = match hi {
+            Some(h) => self.frames.partition_point(|f| f.first_key.as_slice() < h),
+            None => self.frames.len(),
+        };
+        start..end.max(start)
+    }
+}
+
+/// Parses a run block's fixed header (the first [`RUN_FIXED_HEADER_BYTES`] bytes): returns the
+/// length of the frame index that follows (0 for a version-2 run, whose payload follows a
+/// 36-byte header as one frame).
+pub(crate) fn run_index_len(
+    fixed: &[u8],
+    expect_id: u64,
+    location: &(impl std::fmt::Display + ?Sized),
+) -> Result<usize> {
+    let (version, index_len) = run_fixed_header(fixed, expect_id, location)?;
+    Ok(if version >= 3 { index_len } else { 0 })
+}
+
+/// Checks the fixed header; returns (version, index length or, before version 3, raw length).
+pub(crate) fn run_fixed_header(
+    buf: &[u8],
+    expect_id: u64,
+    location: &(impl std::fmt::Display + ?Sized),
+) -> Result<(u32, usize)> {
+    let res = (|| -> Result<Result<(u32, usize)>, Detail> {
+        let mut r = R::new(buf);
+        let version = match read_prelude(&mut r, RUN_MAGIC, "run")? {
+            Ok(v) => v,
+            Err(e) => return Ok(Err(e)),
+        };
+        let id = r.u64()?;
+        r.take(4)?;
+        let a = r.u32()?;
+        let _count = r.u32()?;
+        let header_bytes = if version >= 3 {
+            RUN_FIXED_HEADER_BYTES
+        } else {
+            RUN_HEADER_BYTES
+        };
+        let third = if version >= 3 { r.u32()? } else { 0 };
+        let crc = r.u32()?;
+        if crc32c::crc32c(buf.get(..header_bytes - 4).unwrap_or_default()) != crc {
+            return Err("run header crc32c mismatch".into());
+        }
+        if id != expect_id {
+            return Err(format!("block holds run {id}, expected {expect_id}"));
+        }
+        Ok(Ok((
+            version,
+            if version >= 3 { third as usize } else { a as usize },
+        )))
+    })();
+    res.map_err(|d| corruption(location, d))?
+}
+
+/// Decodes a run block's header and frame index from the block's first bytes (at least the
+/// fixed header plus [`run_index_len`]; for a version-2 run, the fixed header and the block's
+/// total length `block_len`).
+pub(crate) fn decode_run_index(
+    head: &[u8],
+    block_len: u64,
+    expect_id: u64,
+    location: &(impl std::fmt::Display + ?Sized),
+) -> Result<RunIndex> {
+    let (version, len) = run_fixed_header(head, expect_id, location)?;
+    let res = (|| -> Result<RunIndex, Detail> {
+        let mut r = R::new(head);
+        r.take(20)?;
+        let compressed = match r.u8()? {
+            0 => false,
+            1 => true,
+            c => return Err(format!("unknown run compression {c}")),
+        };
+        r.take(3)?;
+        if version < 3 {
+            let raw_len = r.u32()?;
+            let msgs = r.u32()?;
+            let stored = block_len
+                .checked_sub(RUN_HEADER_BYTES as u64)
+                .ok_or("run block shorter than its header")?;
+            return Ok(RunIndex {
+                version,
+                compressed,
+                msgs,
+                frames: vec![RunFrame {
+                    first_key: Vec::new(),
+                    msgs,
+                    offset: RUN_HEADER_BYTES as u64,
+                    stored_len: u32::try_from(stored).map_err(|_| "run too long")?,
+                    raw_len,
+                    // Checked against the BTT crc of the whole block instead.
+                    crc: 0,
+                }],
+            });
+        }
+        let nframes = r.u32()? as usize;
+        let msgs = r.u32()?;
+        r.take(8)?;
+        let body = head
+            .get(RUN_FIXED_HEADER_BYTES..RUN_FIXED_HEADER_BYTES + len)
+            .ok_or("run frame index truncated")?;
+        let body = body
+            .get(..len.saturating_sub(4))
+            .ok_or("run frame index too short")?;
+        let mut c = [0u8; 4];
+        c.copy_from_slice(&head[RUN_FIXED_HEADER_BYTES + len - 4..RUN_FIXED_HEADER_BYTES + len]);
+        if crc32c::crc32c(body) != u32::from_le_bytes(c) {
+            return Err("run frame index crc32c mismatch".into());
+        }
+        let mut ir = R::new(body);
+        let (frames, total, offset) = run_frames_from_rows(
+            read_frame_rows(&mut ir, nframes, "run")?,
+            (RUN_FIXED_HEADER_BYTES + len) as u64,
+        );
+        ir.done()?;
+        if total != u64::from(msgs) {
+            return Err(format!("run frames hold {total} messages, header says {msgs}"));
+        }
+        if offset != block_len {
+            return Err(format!("run frames end at {offset}, block is {block_len} bytes"));
+        }
+        Ok(RunIndex {
+            version,
+            compressed,
+            msgs,
+            frames,
+        })
+    })();
+    res.map_err(|d| corruption(location, d))
+}
+
+/// Frames of a run or format-4 buffer from their table rows, the first stored at `offset`:
+/// returns them, the messages they hold and the offset after the last.
+pub(crate) fn run_frames_from_rows(rows: Vec<FrameRow>, mut offset: u64) -> (Vec<RunFrame>, u64, u64) {
+    let mut total = 0u64;
+    let frames = rows
+        .into_iter()
+        .map(|row| {
+            let f = RunFrame {
+                first_key: row.first_key,
+                msgs: row.count,
+                offset,
+                stored_len: row.stored_len,
+                raw_len: row.raw_len,
+                crc: row.crc,
+            };
+            offset += u64::from(row.stored_len);
+            total += u64::from(row.count);
+            f
+        })
+        .collect();
+    (frames, total, offset)
+}
+
+/// Decodes frames `frames` of a run whose stored bytes are `data` (starting at the first of
+/// them, contiguous): the messages with keys in `[lo, hi)`, stopping at the first key at or
+/// past `hi`. Each frame's crc32c (format 3), length, and the (key, MSN) order of every message
+/// visited are checked.
+pub(crate) fn decode_run_frames(
+    data: &[u8],
+    index: &RunIndex,
+    frames: std::ops::Range<usize>,
+    lo: &[u8],
+    hi: Option<&[u8]>,
+    location: &(impl std::fmt::Display + ?Sized),
+    out: &mut Vec<Msg>,
+) -> Result<()> {
+    decode_msg_frames(data, index, frames, lo, hi, out).map_err(|d| corruption(location, d))
+}
+
+/// [`decode_run_frames`] with the problem as a detail (runs and format-4 buffers).
+pub(crate) fn decode_msg_frames(
+    data: &[u8],
+    index: &RunIndex,
+    frames: std::ops::Range<usize>,
+    lo: &[u8],
+    hi: Option<&[u8]>,
+    out: &mut Vec<Msg>,
+) -> Result<(), Detail> {
+    let Some(first) = index.frames.get(frames.start) else {
+        return Ok(());
+    };
+    let base = first.offset;
+    let mut prev: Option<(Vec<u8>, Msn)> = None;
+    for (i, f) in index.frames[frames.clone()].iter().enumerate() {
+        let at = (f.offset - base) as usize;
+        // A version-2 run is one frame checked by the BTT crc of the whole block.
+        let crc = (index.version >= 3).then_some(f.crc);
+        let raw = unpack_frame(
+            data,
+            at,
+            (f.stored_len, f.raw_len),
+            crc,
+            index.compressed,
+            frames.start + i,
+        )?;
+        let mut p = R::new(&raw);
+        for j in 0..f.msgs {
+            let msn = p.u64()?;
+            let tag = p.u8()?;
+            let key = p.slice()?;
+            if j == 0 && i > 0 && prev.as_ref().is_some_and(|(pk, _)| pk.as_slice() == key) {
+                // A lookup reads the one frame whose first key is at or below its key.
+                return Err(format!(
+                    "key straddles frames {} and {}",
+                    frames.start + i - 1,
+                    frames.start + i
+                ));
+            }
+            if j == 0 && index.version >= 3 && key != f.first_key.as_slice() {
+                return Err(format!(
+                    "frame {} starts at another key than its index",
+                    frames.start + i
+                ));
+            }
+            if prev
+                .as_ref()
+                .is_some_and(|(pk, pm)| (pk.as_slice(), *pm) >= (key, msn))
+            {
+                return Err("run messages not sorted by (key, MSN)".into());
+            }
+            if hi.is_some_and(|h| key >= h) {
+                return Ok(());
+            }
+            let wanted = key >= lo;
+            let op = match tag {
+                1 => {
+                    let v = p.slice()?;
+                    wanted.then(|| PointOp::Put(v.to_vec()))
+                }
+                2 => wanted.then_some(PointOp::Delete),
+                3 => {
+                    let u = decode_upsert(&mut p)?;
+                    wanted.then_some(PointOp::Upsert(u))
+                }
+                t => return Err(format!("unknown run message tag {t}")),
+            };
+            match &mut prev {
+                Some((pk, pm)) if pk.as_slice() == key => *pm = msn,
+                _ => prev = Some((key.to_vec(), msn)),
+            }
+            if let Some(op) = op {
+                out.push(Msg::Point {
+                    msn,
+                    key: key.to_vec(),
+                    op,
+                });
+            }
+        }
+        p.done()?;
+    }
+    Ok(())
+}
+
+/// Decodes a whole run block read from `location` (its crc32c against the BTT is checked by
+/// the caller): the messages with keys in `[lo, hi)` (empty `lo` and no `hi`: all). Header,
+/// index, every frame visited and the message order are checked.
+pub(crate) fn decode_run_range(
+    buf: &[u8],
+    expect_id: u64,
+    location: &(impl std::fmt::Display + ?Sized),
+    lo: &[u8],
+    hi: Option<&[u8]>,
+) -> Result<Vec<Msg>> {
+    let index = decode_run_index(buf, buf.len() as u64, expect_id, location)?;
+    let frames = index.frames_for(lo, hi);
+    let mut out = Vec::new();
+    if let Some(first) = index.frames.get(frames.start) {
+        let data = buf.get(first.offset as usize..).unwrap_or_default();
+        decode_run_frames(data, &index, frames, lo, hi, location, &mut out)?;
+    }
+    Ok(out)
+}

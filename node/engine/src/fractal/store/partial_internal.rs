@@ -1,0 +1,187 @@
+//! Partial reads of internal nodes: partition 0 and the one buffer frame on a key's path.
+
+use super::*;
+
+impl Store {
+    /// For a point read of `key` (hash `hash`) through internal node `id` without loading it
+    /// whole: appends the messages for the key from the one buffer on its path (skipped when the
+    /// stored key filter rules the key out) and returns the child to descend into. Reads the
+    /// header, partition 0 and at most that one buffer partition, each verified by its crc32c.
+    pub(crate) fn read_partial_internal(
+        &mut self,
+        id: NodeId,
+        key: &[u8],
+        hash: u64,
+        out: &mut Vec<Msg>,
+    ) -> Result<NodeId> {
+        if let Some(c) = self.partial_internal_probe(id, key, hash, out)? {
+            return Ok(c);
+        }
+        let loc = *self.btt.get(&id).ok_or_else(|| EngineError::Corruption {
+            location: format!("{} BTT", self.path.display()),
+            detail: format!("node {id} is referenced but has no block"),
+        })?;
+        let location = self.location(id, &loc);
+        if self.partial_internal.get(&id).is_none_or(|p| p.loc != loc) {
+            if let Some(old) = self.partial_internal.remove(&id) {
+                self.partial_bytes -= old.bytes;
+            }
+            let index = self.read_index(id, &loc)?;
+            if index.height == 0 || index.parts.len() < 2 {
+                return Err(EngineError::Corruption {
+                    location: location.to_string(),
+                    detail: "expected an internal node".into(),
+                });
+            }
+            let p0 = index.parts[0];
+            let raw = self.read_partition(id, &loc, &p0, index.compressed)?;
+            let info = decode_internal_info(
+                &raw,
+                index.parts.len() - 1,
+                index.version,
+                index.compressed,
+                &location,
+            )?;
+            self.partial_stats.internal_infos += 1;
+            self.partial_stats.internal_info_bytes += u64::from(p0.len) + index.parts.len() as u64 * 16;
+            let bytes = raw.len() + info.tables_size_bytes() + index.parts.len() * 16 + 64;
+            self.partial_bytes += bytes;
+            self.partial_internal.insert(
+                id,
+                PartialInternal {
+                    loc,
+                    index,
+                    info,
+                    buffers: HashMap::new(),
+                    frames: HashMap::new(),
+                    bytes,
+                },
+            );
+        }
+        if let Some(c) = self.partial_internal_probe(id, key, hash, out)? {
+            return Ok(c);
+        }
+        // The filter says the key may be in the buffer, and that piece has not been read yet.
+        let Some(p) = self.partial_internal.get(&id) else {
+            return Err(EngineError::Corruption {
+                location: location.to_string(),
+                detail: "partial node vanished".into(),
+            });
+        };
+        let (i, entry) = data_partition(&p.index, &p.info.pivots, key, &location)?;
+        let frame = match p.info.tables.as_ref().and_then(|t| t.get(i)) {
+            Some(t) => match t.frame_for(key) {
+                Some(fi) => {
+                    let f = t.points.frames.get(fi).ok_or_else(|| EngineError::Corruption {
+                        location: location.to_string(),
+                        detail: format!("buffer {i} has no frame {fi}"),
+                    })?;
+                    if f.offset + u64::from(f.stored_len) > u64::from(entry.len) {
+                        return Err(EngineError::Corruption {
+                            location: location.to_string(),
+                            detail: format!("frame {fi} of buffer {i} beyond its partition"),
+                        });
+                    }
+                    let data = self.read_span(
+                        id,
+                        &loc,
+                        u64::from(entry.offset) + f.offset,
+                        u64::from(f.stored_len),
+                    )?;
+                    let msgs = decode_buffer_frame(&data, t, fi, &location)?;
+                    self.partial_stats.internal_buffer_bytes += data.len() as u64;
+                    Some((fi, msgs))
+                }
+                None => None,
+            },
+            None => None,
+        };
+        let compressed = p.index.compressed;
+        let framed = p.info.tables.is_some();
+        self.partial_stats.internal_buffers += 1;
+        if let Some((fi, msgs)) = frame {
+            let size = msgs.iter().map(Msg::size_bytes).sum::<usize>() + 64;
+            if let Some(p) = self.partial_internal.get_mut(&id) {
+                p.bytes += size;
+                let old = p.frames.insert((i, fi), msgs);
+                debug_assert!(old.is_none(), "frame read twice into the side cache");
+                self.partial_bytes += size;
+            }
+        } else if !framed {
+            let raw = self.read_partition(id, &loc, &entry, compressed)?;
+            let buffer = decode_buffer_partition(&raw, &location)?;
+            self.partial_stats.internal_buffer_bytes += u64::from(entry.len);
+            let size = buffer.bytes() + 64;
+            if let Some(p) = self.partial_internal.get_mut(&id) {
+                p.bytes += size;
+                p.buffers.insert(i, buffer);
+                self.partial_bytes += size;
+            }
+        }
+        let child = self.partial_internal_probe(id, key, hash, out)?;
+        self.trim_partial(id);
+        child.ok_or_else(|| EngineError::Corruption {
+            location: location.to_string(),
+            detail: "partial node lost its buffer".into(),
+        })
+    }
+
+    /// [`Store::read_partial_internal`] from pieces already read (spilled runs that may hold
+    /// the key are read from the file); `None` when a piece is missing.
+    pub(crate) fn partial_internal_probe(
+        &self,
+        id: NodeId,
+        key: &[u8],
+        hash: u64,
+        out: &mut Vec<Msg>,
+    ) -> Result<Option<NodeId>> {
+        let Some(p) = self.partial_internal.get(&id) else {
+            return Ok(None);
+        };
+        if self.btt.get(&id) != Some(&p.loc) {
+            return Ok(None);
+        }
+        let i = child_index(&p.info.pivots, key);
+        let (Some(&child), Some(f)) = (p.info.children.get(i), p.info.filters.get(i)) else {
+            return Ok(None);
+        };
+        let table = p.info.tables.as_ref().and_then(|t| t.get(i));
+        let need = match table {
+            Some(t) if f.keys.may_contain(hash) => {
+                t.frame_for(key).map_or(BufferNeed::Nothing, BufferNeed::Frame)
+            }
+            Some(_) => BufferNeed::Nothing,
+            None if f.has_ranges || f.keys.may_contain(hash) => BufferNeed::Whole,
+            None => BufferNeed::Nothing,
+        };
+        let missing = match need {
+            BufferNeed::Nothing => false,
+            BufferNeed::Whole => !p.buffers.contains_key(&i),
+            BufferNeed::Frame(fi) => !p.frames.contains_key(&(i, fi)),
+        };
+        if missing {
+            return Ok(None);
+        }
+        for r in f.runs.iter().filter(|r| r.may_hold(key, hash)) {
+            self.run_msgs_for_key(r.id, key, out)?;
+        }
+        if let Some(t) = table {
+            out.extend(t.ranges.iter().filter(|r| r.covers(key)).cloned().map(Msg::Range));
+        }
+        match need {
+            BufferNeed::Nothing => {}
+            BufferNeed::Whole => {
+                if let Some(b) = p.buffers.get(&i) {
+                    b.collect_for_key(key, hash, out);
+                }
+            }
+            BufferNeed::Frame(fi) => {
+                if let Some(msgs) = p.frames.get(&(i, fi)) {
+                    let at = msgs.partition_point(|m| m.key_or_start() < key);
+                    out.extend(msgs[at..].iter().take_while(|m| m.key_or_start() == key).cloned());
+                }
+            }
+        }
+        Ok(Some(child))
+    }
+}

@@ -1,0 +1,104 @@
+//! Cache entries and the figures the store reports.
+
+use super::*;
+
+pub(crate) struct Entry {
+    /// Shared with a checkpoint in progress while it writes this node (then copied on take).
+    pub(crate) node: Arc<Node>,
+    pub(crate) dirty: bool,
+    /// CLOCK count; atomic so readers under a shared lock can mark use.
+    pub(crate) clock: AtomicU8,
+    pub(crate) bytes: usize,
+    /// [`Store::write_epoch`] when the node was last put (modified).
+    pub(crate) modified_epoch: u64,
+    /// An eviction victim queued for the writeback thread (in `write_soon`): evicted once its
+    /// written block is adopted, and not counted against the cache's target meanwhile (its
+    /// bytes are in [`Store::evicting_bytes`]). A modified node is a new entry without it.
+    pub(crate) evicting: bool,
+}
+
+/// What the engine counts against its memory budget (`engine.cache_size`), in bytes, as
+/// estimated from the structures' sizes (not measured from the allocator).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// The budget.
+    pub budget_bytes: usize,
+    /// Nodes in the cachetable (dirty ones included).
+    pub cached_bytes: usize,
+    /// Of those, dirty nodes.
+    pub dirty_bytes: usize,
+    /// The side cache of partial reads (skeletons, partition 0 of internal nodes, frames).
+    pub side_cache_bytes: usize,
+    /// Spilled runs waiting for the writeback thread.
+    pub pending_run_bytes: usize,
+    /// Held by background leaf flushes in flight.
+    pub reserved_bytes: usize,
+    /// Left free for background work (flushes in flight, writeback copies, eviction victims
+    /// queued for the writeback thread).
+    pub background_share_bytes: usize,
+    /// Cached dirty nodes evicted once the writeback thread has written them (counted in
+    /// `cached_bytes` and, against the budget, in the background share).
+    pub evicting_bytes: usize,
+}
+
+/// What [`Store::push_in_place`] did.
+pub(crate) enum InPlacePush {
+    /// The message is in the node, which stays within the limit.
+    Done,
+    /// The message is in the node, which is now over the limit (flush it).
+    Gorged,
+    /// The node could not take it in place: the message, for the take-and-put path.
+    NotHere(Msg),
+}
+
+/// Counters of cachetable eviction since open.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EvictionStats {
+    /// Clean nodes dropped from the cache.
+    pub clean: u64,
+    /// Dirty leaves the evicting thread encoded and wrote itself.
+    pub inline_leaves: u64,
+    /// Dirty internal nodes the evicting thread encoded and wrote itself.
+    pub inline_internal: u64,
+    /// Bytes (counted node sizes) of those inline writes.
+    pub inline_bytes: u64,
+    /// Dirty victims handed to the writeback thread instead (evicted once written).
+    pub handed_to_writeback: u64,
+}
+
+/// Counters of partial (one-partition) reads by point lookups.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PartialReadStats {
+    /// Whole basements read from leaves that were not cached (leaves written before format 3).
+    pub basements: u64,
+    /// Single basement frames read from leaves that were not cached (format 3).
+    pub frames: u64,
+    /// Of `frames`, those read by readers under the engine's shared lock (the frame table was
+    /// cached and the frame was not kept: [`Store::read_frame_value_shared`]).
+    pub frames_shared: u64,
+    /// Leaf lookups answered from a frame table alone: the key sorts before the basement's
+    /// first frame, or a pending Put/Delete newer than the basement overrides it.
+    pub leaf_reads_avoided: u64,
+    /// Partition 0 (pivots, children, key filters) of internal nodes that were not cached.
+    pub internal_infos: u64,
+    /// Buffers of uncached internal nodes read because the key filter let the key through.
+    pub internal_buffers: u64,
+    /// Spilled-run reads of a key range that read only the frames that can hold it.
+    pub run_frame_reads: u64,
+    /// Frames those reads decompressed.
+    pub run_frames: u64,
+    /// Spilled runs read whole (merges, compactions, integrity checks, full scans).
+    pub run_whole_reads: u64,
+    /// Partition 0 (pivots, frame tables) of leaves that were not cached.
+    pub leaf_infos: u64,
+    /// Bytes read from disk for internal nodes' partition 0 (with their headers).
+    pub internal_info_bytes: u64,
+    /// Bytes read from disk for internal nodes' buffer partitions.
+    pub internal_buffer_bytes: u64,
+    /// Bytes read from disk for leaves' partition 0 (with their headers).
+    pub leaf_info_bytes: u64,
+    /// Bytes read from disk for single basement frames and whole basements.
+    pub basement_bytes: u64,
+    /// Bytes read from disk for spilled runs: frame indexes and frames (not whole reads).
+    pub run_bytes: u64,
+}

@@ -1,0 +1,127 @@
+//! Checkpoints through the tree and bulk build (replace_all).
+
+use super::*;
+
+impl Tree {
+    /// Writes every dirty node, then commits the BTT, metadata and header, on this thread.
+    pub(crate) fn checkpoint(&mut self) -> Result<()> {
+        self.store
+            .checkpoint(self.root, self.next_msn, self.next_node_id, self.meta.clone())
+            .map(|_| ())
+    }
+
+    /// Starts a checkpoint of the tree as it is now; run the job without the engine lock, then
+    /// hand its result to [`Store::finish_checkpoint`] (see [`Store::begin_checkpoint`]).
+    pub(crate) fn begin_checkpoint(&mut self) -> CheckpointJob {
+        self.store
+            .begin_checkpoint(self.root, self.next_msn, self.next_node_id, self.meta.clone())
+    }
+
+    /// Builds a fresh tree bottom-up from sorted `pairs` (leaves filled to 7/8 of the node size,
+    /// PerconaFT's loader), then switches to it and checkpoints. On error before the switch the
+    /// old tree is untouched and the new blocks are released.
+    pub(crate) fn replace_all(
+        &mut self,
+        pairs: &mut dyn Iterator<Item = Result<KeyValue>>,
+        meta: &[u8],
+    ) -> Result<()> {
+        self.cancel_flushes();
+        let old_ids: HashSet<NodeId> = self
+            .store
+            .btt_ids()
+            .chain(self.store.cached_ids())
+            .chain(self.store.pending_run_ids())
+            .collect();
+        let mut new_ids = Vec::new();
+        match self.build(pairs, &mut new_ids) {
+            Ok(root) => {
+                for id in old_ids {
+                    self.store.delete(id);
+                }
+                self.root = root;
+                self.meta = Some(meta.to_vec());
+                self.checkpoint()
+            }
+            Err(e) => {
+                for id in new_ids {
+                    self.store.delete(id);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) fn build(
+        &mut self,
+        pairs: &mut dyn Iterator<Item = Result<KeyValue>>,
+        ids: &mut Vec<NodeId>,
+    ) -> Result<NodeId> {
+        let p = self.params;
+        let fill = p.node_size_bytes * 7 / 8;
+        let mut level: Vec<(Vec<u8>, NodeId)> = Vec::new();
+        let mut cur: Vec<KeyValue> = Vec::new();
+        let mut cur_bytes = 0usize;
+        let mut last: Option<Vec<u8>> = None;
+        for pair in pairs {
+            let (k, v) = pair?;
+            if last.as_ref().is_some_and(|l| *l >= k) {
+                return Err(EngineError::InvalidArgument(
+                    "replace_all pairs not strictly ascending".into(),
+                ));
+            }
+            last = Some(k.clone());
+            cur_bytes += k.len() + v.len() + crate::fractal::node::ENTRY_OVERHEAD_BYTES;
+            cur.push((k, v));
+            if cur_bytes >= fill {
+                self.emit_leaf(std::mem::take(&mut cur), &mut level, ids)?;
+                cur_bytes = 0;
+            }
+        }
+        if !cur.is_empty() || level.is_empty() {
+            self.emit_leaf(cur, &mut level, ids)?;
+        }
+        let mut height = 1;
+        while level.len() > 1 {
+            let mut next = Vec::new();
+            let per = p.fanout.max(2);
+            for group in level.chunks(per) {
+                let first_key = group.first().map(|g| g.0.clone()).unwrap_or_default();
+                let node = Node::Internal(Internal {
+                    height,
+                    pivots: group.iter().skip(1).map(|g| g.0.clone()).collect(),
+                    children: group.iter().map(|g| g.1).collect(),
+                    buffers: vec![Buffer::new(); group.len()],
+                });
+                let id = self.alloc_id();
+                ids.push(id);
+                self.store.write_uncached(id, &node)?;
+                next.push((first_key, id));
+            }
+            level = next;
+            height += 1;
+        }
+        level
+            .first()
+            .map(|l| l.1)
+            .ok_or_else(|| corrupt("bulk load", "no root built"))
+    }
+
+    pub(crate) fn emit_leaf(
+        &mut self,
+        entries: Vec<KeyValue>,
+        level: &mut Vec<(Vec<u8>, NodeId)>,
+        ids: &mut Vec<NodeId>,
+    ) -> Result<()> {
+        let first_key = entries.first().map(|e| e.0.clone()).unwrap_or_default();
+        let leaf = Node::Leaf(Leaf::from_entries(entries, 0, self.params.basement_size_bytes));
+        let id = self.alloc_id();
+        ids.push(id);
+        self.store.write_uncached(id, &leaf)?;
+        level.push((first_key, id));
+        Ok(())
+    }
+
+    // --------------------------------------------------------------------------------------
+    // Integrity
+    // --------------------------------------------------------------------------------------
+}
