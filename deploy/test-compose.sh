@@ -102,10 +102,11 @@ ctl() {
 wait_for() {
   local what="$1" within="$2"
   shift 2
-  local until=$((SECONDS + within))
+  local start=$SECONDS until=$((SECONDS + within))
   [ "$until" -le "$deadline" ] || until=$deadline
   while ! "$@" >/dev/null 2>&1; do
-    [ "$SECONDS" -lt "$until" ] || fail "timed out after ${within}s waiting for $what"
+    [ "$SECONDS" -lt "$until" ] || fail "timed out after $((SECONDS - start))s waiting for $what \
+(limit ${within}s, whole test ${limit_s}s)"
     sleep 1
   done
 }
