@@ -28,6 +28,14 @@ use crate::limits::{Limits, MAX_RESPONSE_MESSAGE_BYTES};
 /// Largest gRPC message the client server accepts (a max batch plus framing).
 pub const CLIENT_MAX_MESSAGE_BYTES: usize = crate::limits::MAX_REQUEST_MESSAGE_BYTES;
 
+/// The gRPC services of the client port, as reflection lists them.
+pub const CLIENT_PORT_SERVICES: [&str; 4] = [
+    "ftkv.v1.Kv",
+    "ftkv.v1.Cluster",
+    "grpc.health.v1.Health",
+    "grpc.reflection.v1.ServerReflection",
+];
+
 /// Binds `addr` (fails at once with the address in the message when it is taken).
 pub async fn bind(addr: &str, what: &str) -> anyhow::Result<TcpListener> {
     let listener = TcpListener::bind(addr)
@@ -79,9 +87,15 @@ pub async fn serve_client(
     tokio::spawn(readiness.track_health(health_reporter, async move {
         let _ = health_stopped.await;
     }));
-    let reflection = tonic_reflection::server::Builder::configure()
+    // Reflection lists exactly the services of this port: not `ftkv.raft.v1.Raft` (the peer
+    // port's, in the same descriptor set), and the health service too.
+    let mut reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(ftkv_proto::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
+    for service in CLIENT_PORT_SERVICES {
+        reflection = reflection.with_service_name(service);
+    }
+    let reflection = reflection.build_v1()?;
     let kv = ftkv_proto::v1::kv_server::KvServer::new(kv::KvService::new(cluster.clone(), limits))
         .max_decoding_message_size(CLIENT_MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_RESPONSE_MESSAGE_BYTES);
