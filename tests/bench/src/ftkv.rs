@@ -86,6 +86,58 @@ impl FtkvCluster {
     }
 }
 
+/// Leaves `count` idle client sessions in the cluster's session table: one put each (key
+/// `idle/N`) under its own client id, 64 in flight, sent to the leader. The load that follows
+/// then runs beside a table of that many clients, as a node serving many short-lived clients
+/// holds (up to `MAX_CLIENTS` = 4096 and as many tombstones).
+pub async fn seed_idle_sessions(endpoints: &[String], count: u64) -> anyhow::Result<()> {
+    use ftkv_proto::v1::kv_client::KvClient;
+    use ftkv_proto::v1::{PutRequest, Session};
+    if count == 0 {
+        return Ok(());
+    }
+    let put = |i: u64| PutRequest {
+        key: format!("idle/{i}").into_bytes(),
+        value: b"x".to_vec(),
+        session: Some(Session {
+            client_id: 0x1d1e_0000_0000 + i,
+            sequence: 1,
+            first_incomplete: 1,
+        }),
+    };
+    // The leader is the endpoint that takes a write (followers answer NOT_LEADER).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let leader = 'found: loop {
+        for e in endpoints {
+            if let Ok(mut kv) = KvClient::connect(format!("http://{e}")).await {
+                if kv.put(put(0)).await.is_ok() {
+                    break 'found kv;
+                }
+            }
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "no leader took the idle-session writes"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let mut pending = tokio::task::JoinSet::new();
+    for i in 1..count {
+        if pending.len() >= 64 {
+            if let Some(done) = pending.join_next().await {
+                done??;
+            }
+        }
+        let mut kv = leader.clone();
+        let request = put(i);
+        pending.spawn(async move { kv.put(request).await.map(|_| ()) });
+    }
+    while let Some(done) = pending.join_next().await {
+        done??;
+    }
+    Ok(())
+}
+
 impl Drop for FtkvCluster {
     fn drop(&mut self) {
         // SIGTERM lets the playground stop its children; then make sure.

@@ -71,6 +71,8 @@ pub struct Load {
     pub key_space: u64,
     /// RNG seed.
     pub seed: u64,
+    /// ftkv: idle client sessions left in the session table before the run.
+    pub idle_sessions: u64,
 }
 
 mod humantime_secs {

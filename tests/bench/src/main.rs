@@ -98,6 +98,10 @@ enum Cmd {
         /// First port used by the clusters.
         #[arg(long, default_value_t = 24000)]
         base_port: u16,
+        /// ftkv targets: before each run, leave this many idle client sessions in the
+        /// session table (one write each under its own client id).
+        #[arg(long, default_value_t = 0)]
+        idle_sessions: u64,
     },
     /// Storage engines side by side (fractal, sled, fjall), each run in a child process.
     Engine(bench::engine::EngineArgs),
@@ -143,6 +147,7 @@ async fn start_and_run(name: &str, base_port: u16, load: &Load, run: u64) -> any
         "ftkv" | "ftkv-sled" => {
             let engine = if kind == "ftkv" { "fractal" } else { "sled" };
             let cluster = bench::ftkv::FtkvCluster::start(base_port, engine, &[], bin_dir).await?;
+            bench::ftkv::seed_idle_sessions(&cluster.endpoints, load.idle_sessions).await?;
             let client = cluster.client().await?;
             let target = Target::Ftkv(client.clone());
             let mut r = bench::run_load(&target, load, run).await;
@@ -194,6 +199,7 @@ async fn run_cluster(cmd: Cmd) -> anyhow::Result<()> {
         key_space,
         out,
         base_port,
+        idle_sessions,
     } = cmd
     else {
         anyhow::bail!("run_cluster needs the cluster command");
@@ -210,6 +216,7 @@ async fn run_cluster(cmd: Cmd) -> anyhow::Result<()> {
         value_size,
         key_space,
         seed: 42,
+        idle_sessions,
     };
     std::fs::create_dir_all(&out)?;
     let mut results = Vec::new();

@@ -324,3 +324,111 @@ async fn every_kind_of_session_change_persists() {
     assert!(!t.evicted.is_empty());
     assert!(t.client_count() <= super::super::session::MAX_CLIENTS);
 }
+
+/// The state machine's own guard, for commands the server did not build: a command naming a
+/// reserved key is refused whole, and unbounded ranges stop before the sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_cannot_reach_the_reserved_keys() {
+    use super::super::reserved_keys::RESERVED_KEY_PREFIX;
+    use super::super::session_store::session_key;
+    let dir = tempfile::tempdir().unwrap();
+    let engine = std::sync::Arc::new(ModelEngine::new());
+    let mut sm = StateMachine::open(engine.clone(), dir.path()).unwrap();
+    let session = Session {
+        client_id: 42,
+        sequence: 1,
+        first_incomplete: 1,
+    };
+    let add = Command::Write {
+        session: Some(session),
+        ops: vec![upsert(b"n".to_vec(), UpsertOp::Add(1))],
+    };
+    sm.apply(vec![entry(1, vec![add.clone()])]).await.unwrap();
+    let stored = engine.get(&session_key(42)).unwrap();
+    assert!(stored.is_some());
+    let reserved = session_key(42);
+    let refused = [
+        vec![WriteOp::Put {
+            key: reserved.clone(),
+            value: b"x".to_vec(),
+        }],
+        vec![WriteOp::Delete {
+            key: reserved.clone(),
+        }],
+        vec![upsert(reserved.clone(), UpsertOp::Append(b"x".to_vec()))],
+        vec![WriteOp::DeleteRange {
+            start: RESERVED_KEY_PREFIX.to_vec(),
+            end: None,
+        }],
+        vec![
+            WriteOp::Put {
+                key: b"marker".to_vec(),
+                value: b"x".to_vec(),
+            },
+            WriteOp::Delete {
+                key: reserved.clone(),
+            },
+        ],
+    ];
+    let mut commands: Vec<Command> = refused
+        .into_iter()
+        .map(|ops| Command::Write { session: None, ops })
+        .collect();
+    commands.push(Command::Txn {
+        session: None,
+        compares: vec![],
+        success: vec![TxnOp::Get { key: b"n".to_vec() }],
+        failure: vec![TxnOp::Get {
+            key: reserved.clone(),
+        }],
+    });
+    let n = commands.len();
+    let r = sm.apply(vec![entry(2, commands)]).await.unwrap();
+    assert_eq!(r[0].results, vec![CommandResult::ReservedKey; n]);
+    assert_eq!(
+        engine.get(b"marker").unwrap(),
+        None,
+        "a refused command applies nothing"
+    );
+    // Unbounded ranges cover every client key and stop before the sessions.
+    let everything = Command::Write {
+        session: None,
+        ops: vec![
+            WriteOp::UpsertRange {
+                start: vec![],
+                end: None,
+                op: UpsertOp::Append(b"!".to_vec()),
+            },
+            WriteOp::DeleteRange {
+                start: vec![],
+                end: Some(vec![0xFF, 0xFF, 0xFF]),
+            },
+        ],
+    };
+    let r = sm.apply(vec![entry(3, vec![everything])]).await.unwrap();
+    assert_eq!(r[0].results, vec![CommandResult::Written]);
+    assert_eq!(client_data(&engine), BTreeMap::new());
+    assert_eq!(engine.get(&session_key(42)).unwrap(), stored);
+    // The session still answers the retry, also after a restart.
+    let mut sm = StateMachine::open(engine.clone(), dir.path()).unwrap();
+    let r = sm.apply(vec![entry(4, vec![add])]).await.unwrap();
+    assert_eq!(r[0].results, vec![CommandResult::Written]);
+    assert_eq!(engine.get(b"n").unwrap(), None, "the retry was applied again");
+}
+
+/// Metadata of the format that kept the whole table in the blob (version 1) is refused with a
+/// message saying what to do, not misread.
+#[test]
+fn metadata_of_the_old_format_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = std::sync::Arc::new(ModelEngine::new());
+    engine.write(&[], Some(&[1, 0, 0, 0, 0])).unwrap();
+    let err = match StateMachine::open(engine, dir.path()) {
+        Ok(_) => panic!("old metadata accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("version 1") && err.contains("wipe the data directory"),
+        "{err}"
+    );
+}
