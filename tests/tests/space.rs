@@ -169,10 +169,15 @@ check_interval_ms = 100
     assert!(!ctl_put.success());
     assert!(ctl_put.stderr.contains("space.quota_bytes"), "{ctl_put:?}");
 
-    // Still over the quota: disarm refuses, naming it.
+    // Still over the quota: disarm refuses, naming it. The data dir's size moves on its own
+    // (checkpoints compact the tree, snapshots purge the log), so a ballast file of one quota
+    // (counted like every file under the data dir) keeps the leader over it whatever they do.
+    let ballast = cluster.data_dir(leader).unwrap().join("ballast.test");
+    std::fs::write(&ballast, vec![1u8; 8 << 20]).unwrap();
     let early = cluster.ctl(&["alarm", "disarm"]).await.unwrap();
     assert!(!early.success(), "{early:?}");
     assert!(early.stderr.contains("space.quota_bytes"), "{early:?}");
+    std::fs::remove_file(&ballast).unwrap();
 
     // Deletes are accepted while alarmed; once the data dirs shrink, disarm clears the alarm.
     for &i in &acked {
