@@ -168,6 +168,11 @@ impl LogStore {
         (*self.shared.last_log_id.lock()).max(*self.shared.last_purged.lock())
     }
 
+    /// The last purged log id (the log holds nothing at or below it).
+    pub fn last_purged_log_id(&self) -> Option<LogId> {
+        *self.shared.last_purged.lock()
+    }
+
     /// The underlying log (for `sync` at shutdown and counters).
     pub fn log(&self) -> &Log {
         &self.shared.log

@@ -325,10 +325,21 @@ impl ClusterNode {
             state_machine.durable(),
         )
         .map_err(|e| ClusterError::Storage(e.to_string()))?;
+        // openraft requires the snapshot to reach the log's purge point, and the log (or the
+        // snapshot) to reach what the engine applied. A crash between the engine taking a
+        // snapshot and its file becoming current leaves the file behind both: the purge waited
+        // only for the engine (a purge can even finish before the file is renamed), so the
+        // snapshot is rebuilt from the engine, which holds at least the purged range durably.
         let applied = state_machine.applied_index();
-        if log_store.last_log_id().is_none_or(|l| l.index < applied) {
+        let purged = log_store.last_purged_log_id().map_or(0, |l| l.index);
+        let need = if log_store.last_log_id().is_none_or(|l| l.index < applied) {
+            applied
+        } else {
+            purged
+        };
+        if need > 0 {
             let sm = state_machine.clone();
-            tokio::task::spawn_blocking(move || sm.ensure_snapshot_covers(applied))
+            tokio::task::spawn_blocking(move || sm.ensure_snapshot_covers(need))
                 .await
                 .map_err(|e| ClusterError::Storage(format!("snapshot at start: {e}")))?
                 .map_err(|e| ClusterError::Storage(e.to_string()))?;
