@@ -67,9 +67,34 @@ pub(crate) fn zstd_compress(raw: &[u8], level: i32) -> std::io::Result<Vec<u8>> 
     })
 }
 
+/// The most raw bytes one stored zstd byte can stand for (128 KiB blocks of at least 4 bytes).
+pub(crate) const MAX_ZSTD_EXPANSION: usize = 32 << 10;
+
 /// zstd-decompresses `data` into exactly `raw_len` bytes (an error if it holds more) with this
 /// thread's context.
+///
+/// `raw_len` comes from a block and is checked before anything is allocated for it: a zstd block
+/// yields at most 128 KiB and takes at least 4 stored bytes (an RLE block), so no frame expands
+/// more than [`MAX_ZSTD_EXPANSION`] times, and the frame's own content size (always written by
+/// [`zstd_compress`]) must equal it. A damaged length is an error, never a huge allocation.
 pub(crate) fn zstd_decompress(data: &[u8], raw_len: usize) -> std::io::Result<Vec<u8>> {
+    let invalid = |msg: String| std::io::Error::new(std::io::ErrorKind::InvalidData, msg);
+    if raw_len > data.len().saturating_mul(MAX_ZSTD_EXPANSION) {
+        return Err(invalid(format!(
+            "{raw_len} raw bytes cannot come from {} zstd bytes",
+            data.len()
+        )));
+    }
+    match zstd::zstd_safe::get_frame_content_size(data) {
+        Ok(Some(declared)) if declared == raw_len as u64 => {}
+        Ok(Some(declared)) => {
+            return Err(invalid(format!(
+                "the zstd frame holds {declared} bytes, the block says {raw_len}"
+            )))
+        }
+        Ok(None) => return Err(invalid("the zstd frame does not declare its size".into())),
+        Err(_) => return Err(invalid("not a zstd frame".into())),
+    }
     DECOMPRESSOR.with(|cell| {
         let mut slot = cell.borrow_mut();
         let ctx = match &mut *slot {
@@ -101,4 +126,24 @@ pub(crate) const TRANSIENT_LEVEL_MAX: i32 = -1;
 /// idea). `None` (no compression) stays `None`.
 pub(crate) fn transient_level(level: Option<i32>) -> Option<i32> {
     level.map(|l| l.min(TRANSIENT_LEVEL_MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_raw_length_the_frame_does_not_declare_is_refused_before_allocating() {
+        let raw = vec![7u8; 10_000];
+        let stored = zstd_compress(&raw, 1).unwrap();
+        assert_eq!(zstd_decompress(&stored, raw.len()).unwrap(), raw);
+        // A damaged length behind a valid checksum: before, a 4 GiB buffer was reserved and the
+        // call returned the 10,000 bytes as if they were right.
+        for wrong in [u32::MAX as usize, raw.len() + 1, raw.len() - 1] {
+            let err = zstd_decompress(&stored, wrong).unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{wrong}: {err}");
+        }
+        assert!(zstd_decompress(b"not zstd at all", 3).is_err());
+        assert!(zstd_decompress(&[], 0).is_err());
+    }
 }
