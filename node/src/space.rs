@@ -114,7 +114,8 @@ pub fn dir_bytes(dir: &Path) -> std::io::Result<u64> {
 
 /// Bytes available to unprivileged users on the file system holding `dir` (statvfs).
 pub fn disk_free_bytes(dir: &Path) -> std::io::Result<u64> {
-    fs2::available_space(dir)
+    let fs = rustix::fs::statvfs(dir).map_err(std::io::Error::from)?;
+    Ok(fs.f_bavail.saturating_mul(fs.f_frsize))
 }
 
 /// Whether `command` only removes data (deletes, range deletes, gets): allowed while alarmed,
