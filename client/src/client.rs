@@ -658,21 +658,7 @@ impl Client {
 
     /// [`Client::status_all`], optionally with each node's state digest.
     pub async fn status_all_with(&self, with_digest: bool) -> Vec<(String, Result<NodeStatus>)> {
-        let mut endpoints: Vec<String> = Vec::new();
-        if let Ok(m) = self.members().await {
-            for member in m.members {
-                if let Ok(ep) = normalize_endpoint(&member.client_endpoint) {
-                    if !endpoints.contains(&ep) {
-                        endpoints.push(ep);
-                    }
-                }
-            }
-        }
-        for ep in self.endpoints() {
-            if !endpoints.contains(&ep) {
-                endpoints.push(ep);
-            }
-        }
+        let endpoints = self.all_endpoints().await;
         let futures = endpoints.iter().map(|ep| self.status_with(ep, with_digest));
         let results = futures::future::join_all(futures).await;
         endpoints.into_iter().zip(results).collect()
