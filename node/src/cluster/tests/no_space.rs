@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ftkv_engine::{Engine, EngineOptions, FractalEngine, FractalOptions, WriteOp};
+use ftkv_engine::{EngineOptions, FractalEngine, FractalOptions, WriteOp};
 use ftkv_vfs::{FaultVfs, Vfs};
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::EntryPayload;
