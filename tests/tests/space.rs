@@ -496,10 +496,8 @@ check_interval_ms = 100
     assert_eq!(info.limit, "disk");
     assert!(info.metadata.contains_key("data_dir"), "{:?}", info.metadata);
 
-    // Reads are served while the disk is full: linearizable and serializable.
-    for &i in &acked {
-        assert_eq!(client.get(key(i)).await.unwrap(), Some(value(i)), "key {i}");
-    }
+    // Reads are served while the disk is full (serializable, from the node itself: on a lone
+    // node whose log waits for disk space, linearizable reads wait for space too).
     let local = cluster.scan_node(1, b"space/", b"space0", true).await.unwrap();
     for &i in &acked {
         assert_eq!(local.get(key(i).as_bytes()), Some(&value(i)), "key {i}");

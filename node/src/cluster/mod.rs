@@ -355,8 +355,6 @@ impl ClusterNode {
                 .map_err(|e| ClusterError::Storage(format!("snapshot at start: {e}")))?
                 .map_err(|e| ClusterError::Storage(e.to_string()))?;
         }
-        // Everything in the log at open is durable (the read barrier waits for it, see reads.rs).
-        let boot_last_log_index = log_store.last_log_id().map_or(0, |l| l.index);
         let channels = network::Channels::default();
         let refusals = removal::Refusals::default();
         let factory = network::NetworkFactory {
@@ -391,7 +389,6 @@ impl ClusterNode {
         let reads = reads::ReadBarrier::new(
             raft.clone(),
             std::time::Duration::from_millis(READ_APPLY_TIMEOUT_MS),
-            boot_last_log_index,
         );
         let space = crate::space::SpaceMonitor::new(config.node_id, &config.data_dir, config.space);
         let node = ClusterNode {

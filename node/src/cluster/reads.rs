@@ -2,8 +2,8 @@
 //!
 //! A read barrier needs one leadership confirmation round (`get_read_log_id`: a heartbeat to a
 //! quorum) that **started after** the read arrived, then waits until the state machine has applied
-//! the read index: the larger of openraft's read log id and the last log index the node had
-//! when it opened its log (no more than its last log index now; see `run_rounds`). Concurrent callers share rounds: a caller arriving while a round is
+//! the read index: the larger of openraft's read log id and the leader's last log index at the
+//! start of the round (see `run_rounds`). Concurrent callers share rounds: a caller arriving while a round is
 //! in flight waits for the next one, which starts as soon as the current one ends. So at most one
 //! round runs at a time whatever the read load.
 
@@ -34,22 +34,18 @@ pub struct ReadBarrier {
     rounds: Mutex<Rounds>,
     results: watch::Sender<Option<(u64, RoundResult)>>,
     apply_timeout: Duration,
-    /// The log's last index when the node opened it (every entry durable).
-    boot_last_log_index: u64,
 }
 
 impl ReadBarrier {
     /// A barrier over `raft`. Each ReadIndex round, and each wait for the apply index, gives up
-    /// after `apply_timeout` (`Unavailable`). `boot_last_log_index`: the log's last index when
-    /// the node opened it.
-    pub fn new(raft: Raft, apply_timeout: Duration, boot_last_log_index: u64) -> Arc<Self> {
+    /// after `apply_timeout` (`Unavailable`).
+    pub fn new(raft: Raft, apply_timeout: Duration) -> Arc<Self> {
         let (results, _) = watch::channel(None);
         Arc::new(ReadBarrier {
             raft,
             rounds: Mutex::new(Rounds::default()),
             results,
             apply_timeout,
-            boot_last_log_index,
         })
     }
 
@@ -97,20 +93,16 @@ impl ReadBarrier {
             // A round waits for a quorum of heartbeat answers; bound it so a leader cut off from
             // its followers answers `Unavailable` instead of hanging every reader.
             // The read index is the larger of openraft's (max(commit index, this term's noop)) and
-            // the last log index the node had when it opened its log (capped at its last log
-            // index now, which a truncation may have lowered). openraft's alone is not enough
+            // the leader's last log index when the round starts. openraft's alone is not enough
             // after a restart: a node whose persisted vote makes it leader again without an
             // election has no noop of its own yet and only the commit index it last saved (which
             // rides on later flushes), so it could serve a read older than an acknowledged write
-            // (found by the Jepsen scenario 10). Such a write is in the log on disk at open
-            // (leader completeness: every committed entry is in the leader's log); one
-            // acknowledged since is within the commit index. The live last log index is not
-            // waited for: entries appended but not committed (a log waiting for disk space to
-            // create a segment, a leader without a quorum for them) would hold every read.
+            // (found by the Jepsen scenario 10). Every committed entry is in the leader's log
+            // (leader completeness), so waiting for its last index is always safe; under write
+            // load it costs at most the in-flight entries' commit.
             let last_log_index = self.raft.metrics().borrow().last_log_index.unwrap_or(0);
-            let since_open = self.boot_last_log_index.min(last_log_index);
             let result = match tokio::time::timeout(self.apply_timeout, self.raft.get_read_log_id()).await {
-                Ok(Ok((read_log_id, _applied))) => Ok(read_log_id.map_or(0, |l| l.index).max(since_open)),
+                Ok(Ok((read_log_id, _applied))) => Ok(read_log_id.map_or(0, |l| l.index).max(last_log_index)),
                 Ok(Err(e)) => Err(read_error_to_cluster(&self.raft, e)),
                 Err(_) => Err(ClusterError::Unavailable(format!(
                     "leadership not confirmed by a quorum within {} ms",
