@@ -109,7 +109,8 @@ async fn save(client: &Client, endpoint: &str, file: &Path, part: &Path) -> anyh
     out.sync_all()
         .with_context(|| format!("cannot fsync {}", part.display()))?;
     drop(out);
-    std::fs::rename(part, file).with_context(|| format!("cannot rename {} to {}", part.display(), file.display()))?;
+    std::fs::rename(part, file)
+        .with_context(|| format!("cannot rename {} to {}", part.display(), file.display()))?;
     let dir = file
         .parent()
         .filter(|p| !p.as_os_str().is_empty())

@@ -290,8 +290,7 @@ impl Inner {
 /// Whether `status` is a node's refusal because it is draining (shutting down): certainly not
 /// applied, and that node will not serve again before it restarts.
 fn is_draining(status: &tonic::Status) -> bool {
-    crate::error::error_info(status)
-        .is_some_and(|i| i.reason == ftkv_proto::status_details::REASON_DRAINING)
+    crate::error::error_info(status).is_some_and(|i| i.reason == ftkv_proto::status_details::REASON_DRAINING)
 }
 
 /// How a call failed ([`Inner::call_detailed`]).

@@ -264,7 +264,8 @@ pub fn extract_snapshot(path: &Path, backup: &VerifiedBackup, to: &Path) -> Resu
         move |source| BackupError::Io { path: shown, source }
     };
     let mut from = std::fs::File::open(path).map_err(io(path))?;
-    from.seek(SeekFrom::Start(backup.snapshot_offset)).map_err(io(path))?;
+    from.seek(SeekFrom::Start(backup.snapshot_offset))
+        .map_err(io(path))?;
     let mut out = std::fs::File::create(to).map_err(io(to))?;
     let copied = std::io::copy(&mut from.take(backup.header.snapshot_len), &mut out).map_err(io(to))?;
     if copied != backup.header.snapshot_len {

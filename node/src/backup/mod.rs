@@ -177,8 +177,7 @@ fn restore_into(options: &RestoreOptions, backup: &VerifiedBackup) -> anyhow::Re
     let config = &options.config;
     let lock = crate::run::DataDirLock::acquire(&config.data_dir)?;
     let snapshots = config.data_dir.join("snapshots");
-    std::fs::create_dir_all(&snapshots)
-        .with_context(|| format!("cannot create {}", snapshots.display()))?;
+    std::fs::create_dir_all(&snapshots).with_context(|| format!("cannot create {}", snapshots.display()))?;
     let snap = snapshots.join("restore.tmp");
     format::extract_snapshot(&options.file, backup, &snap)?;
     let engine = crate::run::open_engine(config)?;

@@ -43,7 +43,12 @@ pub fn read_cluster_id(data_dir: &Path) -> Result<Option<u64>, ClusterError> {
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(ClusterError::Storage(format!("cannot read {}: {e}", path.display()))),
+        Err(e) => {
+            return Err(ClusterError::Storage(format!(
+                "cannot read {}: {e}",
+                path.display()
+            )))
+        }
     };
     let file: File = toml::from_str(&text)
         .map_err(|e| ClusterError::Storage(format!("{} is corrupt: {e}", path.display())))?;
@@ -100,6 +105,8 @@ pub(crate) struct ClusterIdentity {
     id: AtomicU64,
     /// Serializes the first write of the file.
     adopt: parking_lot::Mutex<()>,
+    /// When a refusal was last logged (at most one line per 10 s).
+    refusal_logged: parking_lot::Mutex<Option<std::time::Instant>>,
 }
 
 impl ClusterIdentity {
@@ -114,6 +121,7 @@ impl ClusterIdentity {
             data_dir: data_dir.to_path_buf(),
             id: AtomicU64::new(id),
             adopt: parking_lot::Mutex::new(()),
+            refusal_logged: parking_lot::Mutex::new(None),
         })
     }
 
@@ -157,13 +165,16 @@ impl ClusterIdentity {
         if peer_cluster == 0 || mine == 0 || peer_cluster == mine {
             return Ok(());
         }
-        Err(Status::failed_precondition(mismatch_message(
-            what,
-            self.node_id,
-            mine,
-            peer,
-            peer_cluster,
-        )))
+        let text = mismatch_message(what, self.node_id, mine, peer, peer_cluster);
+        {
+            let now = std::time::Instant::now();
+            let mut logged = self.refusal_logged.lock();
+            if logged.is_none_or(|t| now.duration_since(t) >= std::time::Duration::from_secs(10)) {
+                *logged = Some(now);
+                tracing::error!(peer, "{text}");
+            }
+        }
+        Err(Status::failed_precondition(text))
     }
 }
 
@@ -204,7 +215,11 @@ mod tests {
     #[test]
     fn a_damaged_file_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(FILE_NAME), "format_version = 1\ncluster_id = \"zz\"\n").unwrap();
+        std::fs::write(
+            dir.path().join(FILE_NAME),
+            "format_version = 1\ncluster_id = \"zz\"\n",
+        )
+        .unwrap();
         let err = ClusterIdentity::load(1, dir.path()).unwrap_err();
         assert!(err.to_string().contains("corrupt"), "{err}");
     }

@@ -177,7 +177,10 @@ impl ClusterNode {
             let (last_log, matched) = {
                 let m = raft.metrics();
                 let m = m.borrow();
-                (m.last_log_index.unwrap_or(0), m.replication.clone().unwrap_or_default())
+                (
+                    m.last_log_index.unwrap_or(0),
+                    m.replication.clone().unwrap_or_default(),
+                )
             };
             let caught_up: Vec<&(NodeId, String)> = others
                 .iter()
@@ -215,7 +218,10 @@ impl ClusterNode {
                 }
                 let _ = tokio::time::timeout_at(until, metrics.changed()).await;
             }
-            tracing::warn!(to = target, "node {target} did not take the leadership in time; retrying");
+            tracing::warn!(
+                to = target,
+                "node {target} did not take the leadership in time; retrying"
+            );
         }
         DrainOutcome::TimedOut {
             in_flight: 0,
@@ -230,7 +236,10 @@ pub(crate) async fn accept_timeout_now(raft: &Raft, me: NodeId, from: NodeId) ->
     let (leader, voter) = {
         let m = raft.metrics();
         let m = m.borrow();
-        (m.current_leader, m.membership_config.membership().voter_ids().any(|id| id == me))
+        (
+            m.current_leader,
+            m.membership_config.membership().voter_ids().any(|id| id == me),
+        )
     };
     if leader != Some(from) {
         return Err(Status::failed_precondition(format!(

@@ -322,7 +322,10 @@ impl ClusterNode {
                 })?
         };
         identity::check(&config.data_dir, config.node_id, &log)?;
-        let cluster = Arc::new(cluster_id::ClusterIdentity::load(config.node_id, &config.data_dir)?);
+        let cluster = Arc::new(cluster_id::ClusterIdentity::load(
+            config.node_id,
+            &config.data_dir,
+        )?);
         let append_max = log_store::APPEND_ENTRIES_MAX_BYTES
             .min(config.peer_max_message_bytes / 2)
             .max(64 * 1024);

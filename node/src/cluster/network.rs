@@ -213,7 +213,10 @@ impl PeerNetwork {
     /// Logs a cluster-ID mismatch with this peer, at most every 10 s.
     fn warn_mismatch(&mut self, text: &str) {
         let now = std::time::Instant::now();
-        if self.mismatch_logged.is_some_and(|t| now.duration_since(t) < MISMATCH_LOG_PERIOD) {
+        if self
+            .mismatch_logged
+            .is_some_and(|t| now.duration_since(t) < MISMATCH_LOG_PERIOD)
+        {
             return;
         }
         self.mismatch_logged = Some(now);

@@ -139,7 +139,8 @@ impl RaftService for PeerServer {
     async fn append_entries(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let started = std::time::Instant::now();
         let msg = request.get_ref();
-        self.cluster.check_peer("AppendEntries", msg.from, msg.cluster_id)?;
+        self.cluster
+            .check_peer("AppendEntries", msg.from, msg.cluster_id)?;
         let req: openraft::raft::AppendEntriesRequest<TypeConfig> = decode(msg)?;
         peer_guard::check_append_entries(&req, msg.from, &self.membership())?;
         metrics::histogram!("ftkv_peer_append_entries_entries").record(req.entries.len() as f64);
@@ -162,7 +163,8 @@ impl RaftService for PeerServer {
 
     async fn install_snapshot(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let msg = request.get_ref();
-        self.cluster.check_peer("InstallSnapshot", msg.from, msg.cluster_id)?;
+        self.cluster
+            .check_peer("InstallSnapshot", msg.from, msg.cluster_id)?;
         let req: InstallSnapshotRequest<TypeConfig> = decode(msg)?;
         peer_guard::check_install_snapshot(&req, msg.from, &self.membership())?;
         encode(self.node_id, self.cluster.get(), self.receive_snapshot(req).await)

@@ -41,7 +41,10 @@ fn now_unix_ms() -> u64 {
 impl pb::maintenance_server::Maintenance for MaintenanceService {
     type SnapshotStream = ReceiverStream<Result<pb::SnapshotResponse, Status>>;
 
-    async fn snapshot(&self, _request: Request<pb::SnapshotRequest>) -> Result<Response<Self::SnapshotStream>, Status> {
+    async fn snapshot(
+        &self,
+        _request: Request<pb::SnapshotRequest>,
+    ) -> Result<Response<Self::SnapshotStream>, Status> {
         let image = self
             .cluster
             .backup_image()
@@ -108,7 +111,8 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
                         }
                     }
                     Err(e) => {
-                        let _ = tx.blocking_send(Err(Status::internal(format!("reading the backup copy: {e}"))));
+                        let _ =
+                            tx.blocking_send(Err(Status::internal(format!("reading the backup copy: {e}"))));
                         return;
                     }
                 }

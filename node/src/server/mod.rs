@@ -101,9 +101,10 @@ pub async fn serve_client(
     let kv = ftkv_proto::v1::kv_server::KvServer::new(kv::KvService::new(cluster.clone(), limits))
         .max_decoding_message_size(CLIENT_MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_RESPONSE_MESSAGE_BYTES);
-    let maintenance =
-        ftkv_proto::v1::maintenance_server::MaintenanceServer::new(maintenance::MaintenanceService::new(cluster.clone()))
-            .max_encoding_message_size(MAX_RESPONSE_MESSAGE_BYTES);
+    let maintenance = ftkv_proto::v1::maintenance_server::MaintenanceServer::new(
+        maintenance::MaintenanceService::new(cluster.clone()),
+    )
+    .max_encoding_message_size(MAX_RESPONSE_MESSAGE_BYTES);
     let cluster_svc =
         ftkv_proto::v1::cluster_server::ClusterServer::new(cluster_svc::ClusterService::new(cluster))
             .max_decoding_message_size(CLIENT_MAX_MESSAGE_BYTES)
