@@ -61,7 +61,7 @@ enum SnapshotCommand {
         initial_cluster_token: String,
         /// The node the data dir is for (--data-dir, --id, --initial-cluster, engine options).
         #[command(flatten)]
-        node: RunArgs,
+        node: Box<RunArgs>,
     },
 }
 

@@ -120,7 +120,6 @@ pub fn restore_into(path: &Path, engine: &Arc<dyn Engine>) -> Result<u64, String
         }
     });
     engine.replace_all(&mut pairs, &meta).map_err(|e| e.to_string())?;
-    drop(pairs);
     engine.checkpoint().map_err(|e| e.to_string())?;
     Ok(keys)
 }
