@@ -19,8 +19,9 @@
 //! passed, picks a voter whose replication matched the leader's last log index (no new entry
 //! is proposed meanwhile: new writes are refused), asks it to campaign (peer RPC
 //! `TimeoutNow`, accepted only from the node the receiver follows as leader), and waits until
-//! another node leads. If that fails in time (no voter caught up, the vote refused), the node
-//! stops anyway and the cluster fails over as after a crash.
+//! another node leads. If that fails in time (the vote refused, or no voter caught up for two
+//! election timeouts, e.g. when every node is stopped at once), the node stops anyway and the
+//! cluster fails over as after a crash.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -96,6 +97,9 @@ pub enum DrainOutcome {
     NotLeader,
     /// The only voter: nobody to hand over to.
     SingleVoter,
+    /// No voter had caught up for two election timeouts (they are stopping too, or cut off):
+    /// the node stops without a hand-off.
+    NoSuccessor,
     /// Node `to` leads now.
     HandedOff {
         /// The new leader.
@@ -173,6 +177,7 @@ impl ClusterNode {
         }
         let attempt_wait = lease * HANDOFF_ATTEMPT_ELECTION_TIMEOUTS;
         let mut attempt = 0usize;
+        let mut none_caught_up_since: Option<Instant> = None;
         while Instant::now() < deadline {
             let (last_log, matched) = {
                 let m = raft.metrics();
@@ -192,6 +197,13 @@ impl ClusterNode {
                 })
                 .collect();
             let Some((target, peer)) = caught_up.get(attempt % caught_up.len().max(1)).copied() else {
+                let since = *none_caught_up_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= attempt_wait {
+                    tracing::warn!(
+                        "no voter caught up to hand the leadership to; stopping without a hand-off"
+                    );
+                    return DrainOutcome::NoSuccessor;
+                }
                 tokio::time::sleep(POLL).await;
                 continue;
             };
@@ -201,10 +213,18 @@ impl ClusterNode {
             if let Err(e) =
                 super::network::timeout_now(&self.inner.channels, peer, me, cluster_id, rpc_timeout).await
             {
+                // Unreachable or refusing (stopping too?): give up after two election timeouts
+                // without any voter taking the request.
+                let since = *none_caught_up_since.get_or_insert_with(Instant::now);
                 tracing::warn!(to = target, error = %e, "leadership hand-off refused");
-                tokio::time::sleep(POLL).await;
+                if since.elapsed() >= attempt_wait {
+                    tracing::warn!("no voter took the leadership; stopping without a hand-off");
+                    return DrainOutcome::NoSuccessor;
+                }
+                tokio::time::sleep(POLL * 10).await;
                 continue;
             }
+            none_caught_up_since = None;
             let until = (Instant::now() + attempt_wait).min(deadline);
             let mut metrics = raft.metrics();
             loop {

@@ -11,7 +11,10 @@
 //! (proposal batching), `reads` (coalesced ReadIndex), `membership` (changes and their rules, the
 //! watch that rolls joint configurations forward) with `removal` (a removed node stops
 //! campaigning), `observe` (leader changes, leader contact, the read-path check of `/readyz`),
-//! `crash_point` (TEST ONLY named crash points).
+//! `crash_point` (TEST ONLY named crash points), `drain` (graceful stop: refuse new requests,
+//! finish those in flight, hand leadership over), `cluster_id` (the cluster identity every peer
+//! RPC carries and checks), `backup_image` (the state machine copied for a backup, read back
+//! by a restore).
 
 // openraft's storage traits fix the (large) `StorageError` type of our adapters.
 #![allow(clippy::result_large_err)]
