@@ -1,7 +1,11 @@
 //! Generates the Rust types and tonic stubs in pure Rust: `protox` parses the .proto
 //! files (no system `protoc`), `tonic-prost-build` writes the code.
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["ftkv/v1/kv.proto", "ftkv/raft/v1/raft.proto"];
+    let protos = [
+        "ftkv/v1/kv.proto",
+        "ftkv/v1/maintenance.proto",
+        "ftkv/raft/v1/raft.proto",
+    ];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");
     }

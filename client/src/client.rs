@@ -20,6 +20,7 @@ use tonic::transport::Channel;
 mod alarm;
 mod builder;
 mod call;
+mod maintenance;
 
 pub use alarm::{Alarm, NodeAlarms};
 pub(crate) use builder::normalize_endpoint;

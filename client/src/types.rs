@@ -417,6 +417,8 @@ pub struct NodeStatus {
     pub ops_per_entry: f64,
     /// Node software version.
     pub version: String,
+    /// The cluster the node belongs to (0: none yet).
+    pub cluster_id: u64,
 }
 
 impl NodeStatus {
@@ -438,6 +440,7 @@ impl NodeStatus {
             client_endpoint: s.client_endpoint,
             ops_per_entry: s.ops_per_entry,
             version: s.version,
+            cluster_id: s.cluster_id,
         }
     }
 }

@@ -38,6 +38,31 @@ enum Command {
     Check(RunArgs),
     /// Check the merged configuration (file < environment < flags) without starting the node.
     CheckConfig(RunArgs),
+    /// Backup files (`ftkvctl snapshot save` writes them): status, restore.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum SnapshotCommand {
+    /// Verify a backup file end to end and print its hash, applied index, keys and size.
+    Status {
+        /// The backup file.
+        file: PathBuf,
+    },
+    /// Build the data dir of one member of a new cluster from a backup (run it for every
+    /// member, with the same --initial-cluster; then start each node with it). Refuses a
+    /// non-empty data dir and a damaged file; the restored cluster gets a new cluster id.
+    Restore {
+        /// The backup file.
+        file: PathBuf,
+        /// Distinguishes clusters restored from the same file into the same --initial-cluster.
+        #[arg(long, default_value = "")]
+        initial_cluster_token: String,
+        /// The node the data dir is for (--data-dir, --id, --initial-cluster, engine options).
+        #[command(flatten)]
+        node: Box<RunArgs>,
+    },
 }
 
 /// Flags of `run` (each also settable by the environment variable shown in `--help`).
@@ -246,6 +271,33 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
                 println!("{line}");
             }
             println!("ok");
+            Ok(())
+        }
+        Some(Command::Snapshot(SnapshotCommand::Status { file })) => {
+            for line in ftkv_node::backup::status(&file)?.lines() {
+                println!("{line}");
+            }
+            Ok(())
+        }
+        Some(Command::Snapshot(SnapshotCommand::Restore {
+            file,
+            initial_cluster_token,
+            node,
+        })) => {
+            let config = node.config()?;
+            let report = ftkv_node::backup::restore(&ftkv_node::backup::RestoreOptions {
+                file,
+                config: config.clone(),
+                initial_cluster_token,
+            })?;
+            println!(
+                "restored {} keys into {} for node {}: new cluster id {} (the backup's cluster was {})",
+                report.keys,
+                config.data_dir.display(),
+                config.id,
+                ftkv_node::cluster::cluster_id::format_cluster_id(report.cluster_id),
+                ftkv_node::cluster::cluster_id::format_cluster_id(report.old_cluster_id),
+            );
             Ok(())
         }
         Some(Command::Run(args)) => run_node(args),

@@ -313,6 +313,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     readiness.begin_drain();
     crate::notify::stopping();
+    if !tasks_done {
+        let drain_timeout = Duration::from_millis(config.server.drain_timeout_ms);
+        let outcome = cluster.drain(drain_timeout).await;
+        tracing::info!(?outcome, "drained");
+    }
     let _ = stop_tx.send(true);
     if let Err(e) = cluster.shutdown().await {
         tracing::error!(error = %e, "shutdown of the Raft node failed");

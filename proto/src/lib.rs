@@ -37,6 +37,10 @@ pub mod status_details {
     /// id gets the same answer.
     pub const REASON_STALE_SEQUENCE: &str = "STALE_SEQUENCE";
 
+    /// `ErrorInfo.reason` of a request refused because the node is draining (shutting down,
+    /// KIND_UNAVAILABLE): not applied; clients send it to another node.
+    pub const REASON_DRAINING: &str = "DRAINING";
+
     /// `type_url` of the `Any` that wraps an `ErrorInfo`.
     pub const ERROR_INFO_TYPE_URL: &str = "type.googleapis.com/ftkv.v1.ErrorInfo";
 

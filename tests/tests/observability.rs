@@ -316,6 +316,7 @@ async fn reflection_lists_the_services() {
         [
             "ftkv.v1.Cluster",
             "ftkv.v1.Kv",
+            "ftkv.v1.Maintenance",
             "grpc.health.v1.Health",
             "grpc.reflection.v1.ServerReflection"
         ]

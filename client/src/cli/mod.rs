@@ -3,7 +3,7 @@
 //!
 //! Shaped after etcdctl v3: global `--endpoints` (env `FTKV_ENDPOINTS`), `-w simple|json|table`,
 //! `--hex` for binary keys, then `put`, `get`, `del`, `scan`, `txn`, `upsert`, `member`,
-//! `endpoint status`, `endpoint health`, `alarm list|disarm`, `bench put`.
+//! `endpoint status`, `endpoint health`, `alarm list|disarm`, `snapshot save`, `bench put`.
 //!
 //! Exit codes: 0 on success (including `get` of a missing key: nothing is printed in simple
 //! and table mode, `{"found":false}` in JSON mode) and when stdout is closed early (e.g.
@@ -21,6 +21,7 @@ pub mod bench;
 mod endpoint;
 pub mod hex;
 pub mod output;
+pub mod snapshot;
 pub mod txn_script;
 
 use std::io::{Read, Write};
@@ -151,6 +152,9 @@ pub enum Command {
     /// NOSPACE alarms of every node (list, disarm).
     #[command(subcommand)]
     Alarm(alarm::AlarmCommand),
+    /// Backups (save; `ftkv-node snapshot status|restore` read them).
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCommand),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -595,6 +599,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             endpoint::health(&client, &cli, *cluster).await?;
         }
         Command::Alarm(cmd) => emit(alarm::run(&client, format, cmd).await?.as_bytes())?,
+        Command::Snapshot(cmd) => emit(snapshot::run(&client, &cli.endpoints, cmd).await?.as_bytes())?,
         Command::Bench(BenchCommand::Put {
             clients,
             duration,

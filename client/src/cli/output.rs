@@ -226,6 +226,7 @@ pub fn status_json(s: &NodeStatus) -> Value {
         "ops_per_entry": s.ops_per_entry,
         "digest": s.digest,
         "version": s.version,
+        "cluster_id": format!("{:016x}", s.cluster_id),
     })
 }
 

@@ -145,6 +145,9 @@ impl Inner {
         let mut retries = 0u32;
         // Endpoints whose attempt timed out during this call (paused, partitioned, overloaded).
         let mut timed_out = TimedOut::default();
+        // Endpoints that answered DRAINING during this call: shutting down, never asked again
+        // by it (neither picked nor followed as a redirect while another endpoint is left).
+        let mut draining: Vec<String> = Vec::new();
 
         for _ in 0..policy.attempts() {
             let now = Instant::now();
@@ -155,7 +158,7 @@ impl Inner {
                 (Target::Fixed(ep), _) => ep.clone(),
                 (Target::Leader, Some(ep)) => ep,
                 (Target::Leader, None) => self
-                    .pick_endpoint(|ep| timed_out.avoided(ep, now))
+                    .pick_endpoint(|ep| timed_out.avoided(ep, now) || draining.iter().any(|d| d == ep))
                     .ok_or(Error::NoEndpoints)?,
             };
             let channel = match self.channel(&endpoint) {
@@ -192,6 +195,9 @@ impl Inner {
                 }
                 Ok(Err(status)) => {
                     let mut failure = classify_status(&status);
+                    if is_draining(&status) && !draining.contains(&endpoint) {
+                        draining.push(endpoint.clone());
+                    }
                     failure.error = name_endpoint(failure.error, &endpoint);
                     tracing::debug!(%endpoint, code = ?status.code(), error = %failure.error, "attempt failed");
                     let applied_before = maybe_applied;
@@ -222,6 +228,7 @@ impl Inner {
                     }
                     if matches!(target, Target::Leader) {
                         let hint = redirect_hint(&failure.error, &endpoint, &unreachable);
+                        let hint = hint.filter(|h| !draining.contains(h));
                         if let Some(hint) = hint.filter(|h| !timed_out.avoided(h, Instant::now())) {
                             // A hint naming a node that just timed out is not followed: its
                             // followers have not noticed yet that it is gone (election under
@@ -278,6 +285,12 @@ impl Inner {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
             .is_ok()
     }
+}
+
+/// Whether `status` is a node's refusal because it is draining (shutting down): certainly not
+/// applied, and that node will not serve again before it restarts.
+fn is_draining(status: &tonic::Status) -> bool {
+    crate::error::error_info(status).is_some_and(|i| i.reason == ftkv_proto::status_details::REASON_DRAINING)
 }
 
 /// How a call failed ([`Inner::call_detailed`]).

@@ -11,15 +11,21 @@
 //! (proposal batching), `reads` (coalesced ReadIndex), `membership` (changes and their rules, the
 //! watch that rolls joint configurations forward) with `removal` (a removed node stops
 //! campaigning), `observe` (leader changes, leader contact, the read-path check of `/readyz`),
-//! `crash_point` (TEST ONLY named crash points).
+//! `crash_point` (TEST ONLY named crash points), `drain` (graceful stop: refuse new requests,
+//! finish those in flight, hand leadership over), `cluster_id` (the cluster identity every peer
+//! RPC carries and checks), `backup_image` (the state machine copied for a backup, read back
+//! by a restore).
 
 // openraft's storage traits fix the (large) `StorageError` type of our adapters.
 #![allow(clippy::result_large_err)]
 
 mod apply;
+pub mod backup_image;
 mod batcher;
+pub mod cluster_id;
 pub mod command;
 mod crash_point;
+mod drain;
 mod errors;
 mod identity;
 mod log_store;
@@ -46,6 +52,7 @@ use std::sync::Arc;
 use ftkv_engine::Engine;
 
 pub use command::{Command, CommandResult, Compare, CompareOp, CompareTarget, Session, TxnOp};
+pub use drain::DrainOutcome;
 
 /// Network addresses of one member, as stored in the Raft membership.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -190,6 +197,12 @@ pub enum ClusterError {
     /// Refused before proposing: this node's NOSPACE alarm is raised. Not applied.
     #[error("{}; writes other than deletes are refused (reads go on) {}", .0.message, .0.until())]
     NoSpace(Box<crate::space::Alarm>),
+    /// Refused before it started: this node is draining (shutting down). Not applied.
+    #[error("node {node_id} is draining (shutting down): request refused, not applied; use another member")]
+    Draining {
+        /// This node.
+        node_id: u64,
+    },
 }
 
 /// Measures this node's space every `space.check_interval_ms` until the node is dropped or
@@ -251,6 +264,10 @@ struct Inner {
     stopped: std::sync::atomic::AtomicBool,
     /// The NOSPACE alarm of this node.
     space: crate::space::SpaceMonitor,
+    /// Refusal of new requests and count of those in flight while draining (see `drain`).
+    drain: drain::DrainState,
+    /// The cluster this node belongs to (see `cluster_id`).
+    cluster: Arc<cluster_id::ClusterIdentity>,
 }
 
 /// A running Raft node. Cheap to clone.
@@ -319,6 +336,10 @@ impl ClusterNode {
                 })?
         };
         identity::check(&config.data_dir, config.node_id, &log)?;
+        let cluster = Arc::new(cluster_id::ClusterIdentity::load(
+            config.node_id,
+            &config.data_dir,
+        )?);
         let append_max = log_store::APPEND_ENTRIES_MAX_BYTES
             .min(config.peer_max_message_bytes / 2)
             .max(64 * 1024);
@@ -362,6 +383,7 @@ impl ClusterNode {
             channels: channels.clone(),
             max_message_bytes: config.peer_max_message_bytes,
             refusals: refusals.clone(),
+            cluster: cluster.clone(),
         };
         let raft = types::Raft::new(
             config.node_id,
@@ -405,6 +427,8 @@ impl ClusterNode {
                 contact: Default::default(),
                 stopped: std::sync::atomic::AtomicBool::new(false),
                 space,
+                drain: Default::default(),
+                cluster,
             }),
         };
         tokio::spawn(membership::watch(Arc::downgrade(&node.inner)));
@@ -441,6 +465,7 @@ impl ClusterNode {
             streaming: Default::default(),
             snapshots: self.inner.state_machine.snapshots().clone(),
             contact: self.inner.contact.clone(),
+            cluster: self.inner.cluster.clone(),
         })
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit)
@@ -468,6 +493,8 @@ impl ClusterNode {
             return Ok(());
         }
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(timeout_ms);
+        // A new cluster gets its id now (a restored data dir has one already).
+        let cluster_id = self.inner.cluster.create_if_missing()?;
         let mut members = BTreeMap::new();
         for (&id, peer) in &peers {
             if id == me {
@@ -479,6 +506,15 @@ impl ClusterNode {
                 return Err(ClusterError::Invalid(format!(
                     "{peer} is node {}, not node {id}",
                     info.id
+                )));
+            }
+            if info.cluster_id != 0 && info.cluster_id != cluster_id {
+                return Err(ClusterError::Invalid(cluster_id::mismatch_message(
+                    "initializing the cluster",
+                    me,
+                    cluster_id,
+                    id,
+                    info.cluster_id,
                 )));
             }
             members.insert(
@@ -540,6 +576,7 @@ impl ClusterNode {
     /// after proposing), `NotOnAllReplicas` (committed; `AckPolicy::All` only), `Unavailable`
     /// (shutting down; not applied), `Storage`.
     pub async fn write(&self, command: Command) -> Result<(CommandResult, u64), ClusterError> {
+        let _in_flight = self.inner.drain.enter(self.inner.config.node_id)?;
         if self.inner.stopped.load(std::sync::atomic::Ordering::Acquire) {
             return Err(ClusterError::Unavailable("node is shutting down".into()));
         }
@@ -550,6 +587,11 @@ impl ClusterNode {
             }
         }
         self.inner.batcher.write(command).await
+    }
+
+    /// The id of the cluster this node belongs to (0: none yet; see `cluster_id`).
+    pub fn cluster_id(&self) -> u64 {
+        self.inner.cluster.get()
     }
 
     /// This node's NOSPACE alarm, if raised (see `crate::space`).
@@ -581,6 +623,7 @@ impl ClusterNode {
     ///
     /// Errors: `NotLeader` on a follower, `Unavailable` without a quorum or while stopping.
     pub async fn read_barrier(&self) -> Result<u64, ClusterError> {
+        let _in_flight = self.inner.drain.enter(self.inner.config.node_id)?;
         if self.inner.stopped.load(std::sync::atomic::Ordering::Acquire) {
             return Err(ClusterError::Unavailable("node is shutting down".into()));
         }

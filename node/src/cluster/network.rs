@@ -27,6 +27,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
 
+use super::cluster_id::ClusterIdentity;
 use super::peer_guard;
 use super::removal::Refusals;
 use super::types::{NodeId, TypeConfig};
@@ -115,6 +116,30 @@ pub async fn get_node_info(
         .map_err(|s| PeerCallError(s.to_string()))
 }
 
+/// Asks the node at `peer_addr` to start an election at once (`TimeoutNow`; a draining leader
+/// handing its leadership over). `from` is this node, `cluster_id` its cluster.
+pub async fn timeout_now(
+    channels: &Channels,
+    peer_addr: &str,
+    from: NodeId,
+    cluster_id: u64,
+    timeout: std::time::Duration,
+) -> Result<(), PeerCallError> {
+    let mut client = channels.client(peer_addr, 64 * 1024)?;
+    let mut req = tonic::Request::new(RaftMessage {
+        payload: Vec::new(),
+        from,
+        is_error: false,
+        cluster_id,
+    });
+    req.set_timeout(timeout);
+    client
+        .timeout_now(req)
+        .await
+        .map(|_| ())
+        .map_err(|s| PeerCallError(format!("{}: {}", s.code(), s.message())))
+}
+
 /// Creates one [`PeerNetwork`] per replication target, sharing [`Channels`].
 #[derive(Clone)]
 pub struct NetworkFactory {
@@ -126,6 +151,8 @@ pub struct NetworkFactory {
     pub max_message_bytes: usize,
     /// Peers' refusals of this node.
     pub refusals: Refusals,
+    /// This node's cluster id, sent with every message and checked in every answer.
+    pub cluster: Arc<ClusterIdentity>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -140,6 +167,8 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             client,
             channels: self.channels.clone(),
             refusals: self.refusals.clone(),
+            cluster: self.cluster.clone(),
+            mismatch_logged: None,
         }
     }
 }
@@ -152,7 +181,13 @@ pub struct PeerNetwork {
     client: Result<RaftClient<Channel>, PeerCallError>,
     channels: Channels,
     refusals: Refusals,
+    cluster: Arc<ClusterIdentity>,
+    /// When a cluster-ID mismatch with this peer was last logged.
+    mismatch_logged: Option<std::time::Instant>,
 }
+
+/// How often a persisting cluster-ID mismatch with one peer is logged.
+const MISMATCH_LOG_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Clone, Copy)]
 enum Rpc {
@@ -175,6 +210,19 @@ impl Rpc {
 type RpcResult<T, E> = Result<T, RPCError<NodeId, NodeAddr, RaftError<NodeId, E>>>;
 
 impl PeerNetwork {
+    /// Logs a cluster-ID mismatch with this peer, at most every 10 s.
+    fn warn_mismatch(&mut self, text: &str) {
+        let now = std::time::Instant::now();
+        if self
+            .mismatch_logged
+            .is_some_and(|t| now.duration_since(t) < MISMATCH_LOG_PERIOD)
+        {
+            return;
+        }
+        self.mismatch_logged = Some(now);
+        tracing::error!(peer = self.target, peer_addr = %self.addr.peer, "{text}");
+    }
+
     async fn call<Req, Resp, E>(&mut self, rpc: Rpc, req: &Req, option: &RPCOption) -> RpcResult<Resp, E>
     where
         Req: Serialize,
@@ -194,10 +242,12 @@ impl PeerNetwork {
             }
         };
         let payload = postcard::to_stdvec(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let cluster_id = self.cluster.get();
         let mut request = tonic::Request::new(RaftMessage {
             payload,
             from: self.from,
             is_error: false,
+            cluster_id,
         });
         request.set_timeout(option.hard_ttl());
         let started = std::time::Instant::now();
@@ -216,6 +266,9 @@ impl PeerNetwork {
                 return Err(RPCError::Unreachable(Unreachable::new(&status)));
             }
             Err(status) => {
+                if status.code() == tonic::Code::FailedPrecondition {
+                    self.warn_mismatch(status.message());
+                }
                 if let Some(index) = peer_guard::refusal_membership_index(&status) {
                     tracing::warn!(
                         peer = self.target,
@@ -228,6 +281,17 @@ impl PeerNetwork {
                 return Err(RPCError::Network(NetworkError::new(&status)));
             }
         };
+        if msg.cluster_id != 0 && cluster_id != 0 && msg.cluster_id != cluster_id {
+            let text = super::cluster_id::mismatch_message(
+                rpc.name(),
+                self.from,
+                cluster_id,
+                self.target,
+                msg.cluster_id,
+            );
+            self.warn_mismatch(&text);
+            return Err(RPCError::Network(NetworkError::new(&PeerCallError(text))));
+        }
         if msg.is_error {
             let err: RaftError<NodeId, E> =
                 postcard::from_bytes(&msg.payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;

@@ -44,6 +44,8 @@ pub(crate) struct PeerServer {
     pub snapshots: SnapshotDir,
     /// Records each AppendEntries accepted from a leader (for `/readyz`).
     pub contact: Arc<super::observe::LeaderContact>,
+    /// This node's cluster id: every message must carry the same (see `cluster_id`).
+    pub cluster: Arc<super::cluster_id::ClusterIdentity>,
 }
 
 fn decode<T: DeserializeOwned>(msg: &RaftMessage) -> Result<T, Status> {
@@ -54,6 +56,7 @@ fn decode<T: DeserializeOwned>(msg: &RaftMessage) -> Result<T, Status> {
 
 fn encode<T: Serialize, E: Serialize>(
     from: NodeId,
+    cluster_id: u64,
     result: Result<T, E>,
 ) -> Result<Response<RaftMessage>, Status> {
     let (payload, is_error) = match result {
@@ -65,6 +68,7 @@ fn encode<T: Serialize, E: Serialize>(
         payload,
         from,
         is_error,
+        cluster_id,
     }))
 }
 
@@ -135,6 +139,8 @@ impl RaftService for PeerServer {
     async fn append_entries(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let started = std::time::Instant::now();
         let msg = request.get_ref();
+        self.cluster
+            .check_peer("AppendEntries", msg.from, msg.cluster_id)?;
         let req: openraft::raft::AppendEntriesRequest<TypeConfig> = decode(msg)?;
         peer_guard::check_append_entries(&req, msg.from, &self.membership())?;
         metrics::histogram!("ftkv_peer_append_entries_entries").record(req.entries.len() as f64);
@@ -142,23 +148,33 @@ impl RaftService for PeerServer {
         if matches!(&result, Ok(r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_))) {
             self.contact.record();
         }
-        let out = encode(self.node_id, result);
+        let out = encode(self.node_id, self.cluster.get(), result);
         metrics::histogram!("ftkv_peer_handle_seconds", "rpc" => "append_entries").record(started.elapsed());
         out
     }
 
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let msg = request.get_ref();
+        self.cluster.check_peer("Vote", msg.from, msg.cluster_id)?;
         let req: openraft::raft::VoteRequest<NodeId> = decode(msg)?;
         peer_guard::check_vote_request(&req, msg.from, &self.membership())?;
-        encode(self.node_id, self.raft.vote(req).await)
+        encode(self.node_id, self.cluster.get(), self.raft.vote(req).await)
     }
 
     async fn install_snapshot(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let msg = request.get_ref();
+        self.cluster
+            .check_peer("InstallSnapshot", msg.from, msg.cluster_id)?;
         let req: InstallSnapshotRequest<TypeConfig> = decode(msg)?;
         peer_guard::check_install_snapshot(&req, msg.from, &self.membership())?;
-        encode(self.node_id, self.receive_snapshot(req).await)
+        encode(self.node_id, self.cluster.get(), self.receive_snapshot(req).await)
+    }
+
+    async fn timeout_now(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let msg = request.get_ref();
+        self.cluster.check_peer("TimeoutNow", msg.from, msg.cluster_id)?;
+        super::drain::accept_timeout_now(&self.raft, self.node_id, msg.from).await?;
+        encode(self.node_id, self.cluster.get(), Ok::<(), ()>(()))
     }
 
     async fn get_node_info(&self, _request: Request<NodeInfoRequest>) -> Result<Response<NodeInfo>, Status> {
@@ -166,6 +182,7 @@ impl RaftService for PeerServer {
             id: self.node_id,
             client_endpoint: self.addr.client.clone(),
             peer_endpoint: self.addr.peer.clone(),
+            cluster_id: self.cluster.get(),
         }))
     }
 }

@@ -329,6 +329,26 @@ impl StateMachine {
         self.shared.snapshot_seq.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Writes a snapshot of the state as applied now to `name` in the snapshot directory (not
+    /// made current: a backup's copy; the caller removes it). Under the apply lock, so it is
+    /// one point in time.
+    pub fn write_copy(&self, name: &str) -> Result<(SnapshotMeta, PathBuf), StorageError> {
+        let mut state = self.shared.state.lock();
+        let last = state.meta.last_applied;
+        let meta = SnapshotMeta {
+            last_log_id: last,
+            last_membership: state.meta.last_membership.clone(),
+            snapshot_id: format!("backup-{}", last.map_or(0, |l| l.index)),
+        };
+        let sm_meta = state.encoded_meta().map_err(snapshot_error)?;
+        let path = self
+            .shared
+            .snapshots
+            .write_snapshot(name, &meta, &sm_meta, self.shared.engine.as_ref())
+            .map_err(snapshot_error)?;
+        Ok((meta, path))
+    }
+
     async fn blocking<T, F>(&self, f: F) -> Result<T, StorageError>
     where
         T: Send + 'static,

@@ -103,6 +103,9 @@ pub struct ConfigFlags {
     /// server.keepalive_timeout_ms.
     #[arg(long, env = "FTKV_SERVER_KEEPALIVE_TIMEOUT_MS")]
     pub server_keepalive_timeout_ms: Option<u64>,
+    /// server.drain_timeout_ms.
+    #[arg(long, env = "FTKV_SERVER_DRAIN_TIMEOUT_MS")]
+    pub server_drain_timeout_ms: Option<u64>,
 }
 
 /// Sets `$target` to the flag's value when the flag (or its variable) was given.
@@ -139,6 +142,7 @@ impl ConfigFlags {
         set!(self.server_handshake_timeout_ms => c.server.handshake_timeout_ms);
         set!(self.server_keepalive_interval_ms => c.server.keepalive_interval_ms);
         set!(self.server_keepalive_timeout_ms => c.server.keepalive_timeout_ms);
+        set!(self.server_drain_timeout_ms => c.server.drain_timeout_ms);
         Ok(())
     }
 }

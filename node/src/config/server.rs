@@ -28,6 +28,10 @@ pub struct ServerConfig {
     /// A gRPC connection whose keepalive ping is not answered within this is closed (half-open
     /// connections of peers that vanished).
     pub keepalive_timeout_ms: u64,
+    /// Most time a SIGTERM'd node spends draining (refusing new requests, finishing those in
+    /// flight, handing its leadership over) before it stops anyway; the log sync and engine
+    /// checkpoint come after it. Keep systemd's `TimeoutStopSec` above it plus a checkpoint.
+    pub drain_timeout_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -39,6 +43,7 @@ impl Default for ServerConfig {
             handshake_timeout_ms: 10_000,
             keepalive_interval_ms: 30_000,
             keepalive_timeout_ms: 10_000,
+            drain_timeout_ms: 10_000,
         }
     }
 }
@@ -52,6 +57,7 @@ impl ServerConfig {
             ("server.handshake_timeout_ms", self.handshake_timeout_ms),
             ("server.keepalive_interval_ms", self.keepalive_interval_ms),
             ("server.keepalive_timeout_ms", self.keepalive_timeout_ms),
+            ("server.drain_timeout_ms", self.drain_timeout_ms),
         ] {
             if value == 0 {
                 return Err(ConfigError::Invalid(format!("{name} must be >= 1")));

@@ -136,6 +136,7 @@ impl Cluster for ClusterService {
             ops_per_entry: st.ops_per_entry,
             version: env!("CARGO_PKG_VERSION").to_string(),
             alarms: self.cluster.alarm().into_iter().map(alarm).collect(),
+            cluster_id: self.cluster.cluster_id(),
         }))
     }
 

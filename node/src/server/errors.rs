@@ -146,6 +146,12 @@ pub fn cluster(err: ClusterError) -> Status {
         ClusterError::Storage(_) => status(Code::Internal, info(Kind::StorageFault, message)),
         ClusterError::Invalid(_) => status(Code::InvalidArgument, info(Kind::Invalid, message)),
         ClusterError::NoSpace(alarm) => no_space(Code::ResourceExhausted, &alarm, message),
+        ClusterError::Draining { node_id } => {
+            let mut i = info(Kind::Unavailable, message);
+            i.reason = ftkv_proto::status_details::REASON_DRAINING.to_string();
+            i.metadata.insert("node_id".into(), node_id.to_string());
+            status(Code::Unavailable, i)
+        }
     }
 }
 
@@ -189,6 +195,16 @@ mod tests {
         assert_eq!(rpc.details[0].type_url, "type.googleapis.com/ftkv.v1.ErrorInfo");
         let i = ErrorInfo::decode(rpc.details[0].value.as_slice()).unwrap();
         assert_eq!(i.limit, "empty_key");
+    }
+
+    #[test]
+    fn draining_is_unavailable_with_its_reason() {
+        let s = cluster(ClusterError::Draining { node_id: 3 });
+        assert_eq!(s.code(), Code::Unavailable);
+        let i = ftkv_proto::status_details::decode(s.details()).unwrap();
+        assert_eq!(i.kind, Kind::Unavailable as i32);
+        assert_eq!(i.reason, ftkv_proto::status_details::REASON_DRAINING);
+        assert!(i.message.contains("draining"), "{}", i.message);
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod convert;
 pub mod errors;
 pub mod grpc_metrics;
 pub mod kv;
+pub mod maintenance;
 pub mod readiness;
 pub mod status_http;
 
@@ -29,9 +30,10 @@ use crate::limits::{Limits, MAX_RESPONSE_MESSAGE_BYTES};
 pub const CLIENT_MAX_MESSAGE_BYTES: usize = crate::limits::MAX_REQUEST_MESSAGE_BYTES;
 
 /// The gRPC services of the client port, as reflection lists them.
-pub const CLIENT_PORT_SERVICES: [&str; 4] = [
+pub const CLIENT_PORT_SERVICES: [&str; 5] = [
     "ftkv.v1.Kv",
     "ftkv.v1.Cluster",
+    "ftkv.v1.Maintenance",
     "grpc.health.v1.Health",
     "grpc.reflection.v1.ServerReflection",
 ];
@@ -99,6 +101,10 @@ pub async fn serve_client(
     let kv = ftkv_proto::v1::kv_server::KvServer::new(kv::KvService::new(cluster.clone(), limits))
         .max_decoding_message_size(CLIENT_MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_RESPONSE_MESSAGE_BYTES);
+    let maintenance = ftkv_proto::v1::maintenance_server::MaintenanceServer::new(
+        maintenance::MaintenanceService::new(cluster.clone()),
+    )
+    .max_encoding_message_size(MAX_RESPONSE_MESSAGE_BYTES);
     let cluster_svc =
         ftkv_proto::v1::cluster_server::ClusterServer::new(cluster_svc::ClusterService::new(cluster))
             .max_decoding_message_size(CLIENT_MAX_MESSAGE_BYTES)
@@ -110,6 +116,7 @@ pub async fn serve_client(
         .add_service(reflection)
         .add_service(kv)
         .add_service(cluster_svc)
+        .add_service(maintenance)
         .serve_with_incoming_shutdown(
             conn::incoming(conn::accept_loop(listener, options.limits, "client")),
             shutdown,

@@ -32,6 +32,7 @@ fn message(from: u64, payload: Vec<u8>) -> tonic::Request<RaftMessage> {
         payload,
         from,
         is_error: false,
+        cluster_id: 0,
     })
 }
 
