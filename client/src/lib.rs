@@ -35,6 +35,7 @@ mod client;
 mod error;
 mod retry;
 mod session;
+mod tls;
 mod types;
 
 #[cfg(feature = "cli")]
@@ -43,6 +44,7 @@ pub mod cli;
 pub use client::{Alarm, Client, ClientBuilder, NodeAlarms, DEFAULT_ENDPOINT, DEFAULT_MAX_MESSAGE_BYTES};
 pub use error::{Error, Result};
 pub use retry::RetryPolicy;
+pub use tls::TlsOptions;
 pub use session::{WriteSession, DEFAULT_SESSION_WINDOW};
 pub use types::{
     decode_counter, prefix_end, Compare, CompareResult, CompareTarget, KeyValue, Member, Membership,

@@ -37,6 +37,10 @@ pub mod status_details {
     /// id gets the same answer.
     pub const REASON_STALE_SEQUENCE: &str = "STALE_SEQUENCE";
 
+    /// `ErrorInfo.reason` of the answer a TLS port gives a plaintext client
+    /// (`FAILED_PRECONDITION`, KIND_INVALID): the client must connect with TLS.
+    pub const REASON_TLS_REQUIRED: &str = "TLS_REQUIRED";
+
     /// `type_url` of the `Any` that wraps an `ErrorInfo`.
     pub const ERROR_INFO_TYPE_URL: &str = "type.googleapis.com/ftkv.v1.ErrorInfo";
 

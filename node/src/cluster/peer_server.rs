@@ -4,7 +4,9 @@
 //! (`peer_guard`: ranges, sender, shape), hands it to the local Raft, and answers with the
 //! encoded response, or with `is_error = true` and the encoded `RaftError` (which the caller
 //! turns into an openraft `RemoteError`). Undecodable or malformed payloads are
-//! `INVALID_ARGUMENT`, senders outside the membership `PERMISSION_DENIED`. `GetNodeInfo` answers
+//! `INVALID_ARGUMENT`, senders outside the membership `PERMISSION_DENIED`, and so is a message
+//! whose claimed sender is not the node its connection's peer certificate names
+//! (`crate::tls::identity`, when peer TLS is on). `GetNodeInfo` answers
 //! this node's id and advertised addresses.
 //!
 //! InstallSnapshot chunks are assembled here (openraft's `Chunked` receiver over this server's
@@ -135,6 +137,7 @@ impl RaftService for PeerServer {
     async fn append_entries(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let started = std::time::Instant::now();
         let msg = request.get_ref();
+        crate::tls::identity::check_peer_claim(request.extensions(), "AppendEntries", msg.from)?;
         let req: openraft::raft::AppendEntriesRequest<TypeConfig> = decode(msg)?;
         peer_guard::check_append_entries(&req, msg.from, &self.membership())?;
         metrics::histogram!("ftkv_peer_append_entries_entries").record(req.entries.len() as f64);
@@ -149,6 +152,7 @@ impl RaftService for PeerServer {
 
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let msg = request.get_ref();
+        crate::tls::identity::check_peer_claim(request.extensions(), "Vote", msg.from)?;
         let req: openraft::raft::VoteRequest<NodeId> = decode(msg)?;
         peer_guard::check_vote_request(&req, msg.from, &self.membership())?;
         encode(self.node_id, self.raft.vote(req).await)
@@ -156,6 +160,7 @@ impl RaftService for PeerServer {
 
     async fn install_snapshot(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let msg = request.get_ref();
+        crate::tls::identity::check_peer_claim(request.extensions(), "InstallSnapshot", msg.from)?;
         let req: InstallSnapshotRequest<TypeConfig> = decode(msg)?;
         peer_guard::check_install_snapshot(&req, msg.from, &self.membership())?;
         encode(self.node_id, self.receive_snapshot(req).await)
