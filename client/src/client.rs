@@ -154,7 +154,11 @@ impl Inner {
                 return Ok(ch.clone());
             }
         }
-        let scheme = if self.config.tls.is_some() { "https" } else { "http" };
+        let scheme = if self.config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         let uri = format!("{scheme}://{endpoint}");
         let invalid = |e: &dyn std::fmt::Display| Error::InvalidEndpoint {
             endpoint: endpoint.to_string(),

@@ -44,8 +44,8 @@ pub mod cli;
 pub use client::{Alarm, Client, ClientBuilder, NodeAlarms, DEFAULT_ENDPOINT, DEFAULT_MAX_MESSAGE_BYTES};
 pub use error::{Error, Result};
 pub use retry::RetryPolicy;
-pub use tls::TlsOptions;
 pub use session::{WriteSession, DEFAULT_SESSION_WINDOW};
+pub use tls::TlsOptions;
 pub use types::{
     decode_counter, prefix_end, Compare, CompareResult, CompareTarget, KeyValue, Member, Membership,
     NodeStatus, Op, ReadConsistency, ResponseInfo, ScanOptions, ScanPage, Txn, TxnOp, TxnOpResult, TxnResult,

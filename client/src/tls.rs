@@ -112,13 +112,17 @@ mod tests {
 
     #[test]
     fn tls_causes_are_recognized_and_others_are_not() {
-        let plain = mismatch("transport error: received corrupt message of type InvalidContentType").unwrap_or_default();
+        let plain = mismatch("transport error: received corrupt message of type InvalidContentType")
+            .unwrap_or_default();
         assert!(plain.contains("does not speak TLS"), "{plain}");
         let ca = mismatch("invalid peer certificate: UnknownIssuer").unwrap_or_default();
         assert!(ca.contains("--cacert"), "{ca}");
         let auth = mismatch("received fatal alert: CertificateRequired").unwrap_or_default();
         assert!(auth.contains("--cert/--key"), "{auth}");
-        assert_eq!(mismatch("tcp connect error: Connection refused (os error 111)"), None);
+        assert_eq!(
+            mismatch("tcp connect error: Connection refused (os error 111)"),
+            None
+        );
     }
 
     #[test]

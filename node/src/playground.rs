@@ -374,7 +374,11 @@ pub async fn run(args: PlaygroundArgs) -> anyhow::Result<()> {
                 "TLS on every port (client-cert auth, peers authenticated); certificates in {}",
                 t.dir.display()
             );
-            println!("try: ftkvctl --endpoints {} {} put hello world", pg.endpoints(), t.ctl_flags());
+            println!(
+                "try: ftkvctl --endpoints {} {} put hello world",
+                pg.endpoints(),
+                t.ctl_flags()
+            );
             println!(
                 "     curl --cacert {} --cert {} --key {} https://{}/metrics",
                 t.ca.display(),

@@ -248,7 +248,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         accept_options(&tls.client, crate::tls::accept::PlaintextAnswer::Grpc),
         stopped(stop_rx.clone()),
     ));
-    let status_task = match (status_listener, accept_options(&tls.status, crate::tls::accept::PlaintextAnswer::Http1)) {
+    let status_task = match (
+        status_listener,
+        accept_options(&tls.status, crate::tls::accept::PlaintextAnswer::Http1),
+    ) {
         (None, _) => None,
         (Some(l), None) => {
             let l = crate::server::conn::GuardedListener::new(l, connections.limits, "status")

@@ -646,7 +646,13 @@ impl Cluster {
     /// `ftkv.v1.Cluster/Status` of node `id` (one connection, bounded by 2 s).
     pub async fn status(&self, id: u64) -> Result<StatusResponse, FixtureError> {
         let addr = self.endpoint(id)?;
-        status_at(id, &addr, self.options.client_tls.as_ref(), Duration::from_secs(2)).await
+        status_at(
+            id,
+            &addr,
+            self.options.client_tls.as_ref(),
+            Duration::from_secs(2),
+        )
+        .await
     }
 
     /// Statuses of every running, unpaused node that answers, by id.
@@ -665,7 +671,12 @@ impl Cluster {
         let mut tasks = tokio::task::JoinSet::new();
         for (id, addr) in targets {
             let tls = self.options.client_tls.clone();
-            tasks.spawn(async move { (id, status_at(id, &addr, tls.as_ref(), Duration::from_secs(2)).await) });
+            tasks.spawn(async move {
+                (
+                    id,
+                    status_at(id, &addr, tls.as_ref(), Duration::from_secs(2)).await,
+                )
+            });
         }
         let mut statuses = BTreeMap::new();
         while let Some(joined) = tasks.join_next().await {

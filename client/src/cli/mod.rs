@@ -78,13 +78,25 @@ pub struct Cli {
     #[arg(long, default_value = "2s", value_parser = positive_duration, global = true)]
     pub connect_timeout: Duration,
     /// CA certificate (PEM) that signs the nodes' certificates: connect over TLS (https://).
-    #[arg(long, env = "FTKV_CACERT", global = true)]
+    #[arg(long, id = "cacert_file", env = "FTKV_CACERT", global = true)]
     pub cacert: Option<std::path::PathBuf>,
     /// Client certificate (PEM) to present (a node with --client-cert-auth requires one).
-    #[arg(long, env = "FTKV_CERT", global = true, requires = "key")]
+    #[arg(
+        long = "cert",
+        id = "cert_file",
+        env = "FTKV_CERT",
+        global = true,
+        requires = "key_file"
+    )]
     pub cert: Option<std::path::PathBuf>,
     /// Private key (PEM) of --cert.
-    #[arg(long, env = "FTKV_KEY", global = true, requires = "cert")]
+    #[arg(
+        long = "key",
+        id = "key_file",
+        env = "FTKV_KEY",
+        global = true,
+        requires = "cert_file"
+    )]
     pub key: Option<std::path::PathBuf>,
     /// What to do.
     #[command(subcommand)]
@@ -406,10 +418,7 @@ async fn connect(cli: &Cli) -> anyhow::Result<Client> {
     if let Some(tls) = tls_options(cli)? {
         builder = builder.tls(tls);
     }
-    let client = builder
-        .build()
-        .await
-        .context("bad --endpoints")?;
+    let client = builder.build().await.context("bad --endpoints")?;
     Ok(client)
 }
 

@@ -181,7 +181,8 @@ impl ClientBuilder {
             if raw.trim().starts_with("https://") && self.config.tls.is_none() {
                 return Err(Error::InvalidEndpoint {
                     endpoint: raw.clone(),
-                    message: "an https:// endpoint needs TLS settings (ClientBuilder::tls; ftkvctl --cacert)".into(),
+                    message: "an https:// endpoint needs TLS settings (ClientBuilder::tls; ftkvctl --cacert)"
+                        .into(),
                 });
             }
             let ep = normalize_endpoint(raw)?;

@@ -35,7 +35,12 @@ impl std::str::FromStr for TlsVersion {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim().trim_start_matches("TLS").trim_start_matches("tls").trim() {
+        match s
+            .trim()
+            .trim_start_matches("TLS")
+            .trim_start_matches("tls")
+            .trim()
+        {
             "1.2" => Ok(TlsVersion::Tls12),
             "1.3" => Ok(TlsVersion::Tls13),
             _ => Err(format!("{s:?}: expected 1.2 or 1.3")),

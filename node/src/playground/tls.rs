@@ -42,15 +42,18 @@ impl PlaygroundTls {
         if complete {
             return Ok(this);
         }
-        std::fs::create_dir_all(&this.dir).with_context(|| format!("cannot create {}", this.dir.display()))?;
+        std::fs::create_dir_all(&this.dir)
+            .with_context(|| format!("cannot create {}", this.dir.display()))?;
         let ca = Authority::new("ftkv playground CA")?;
-        std::fs::write(&this.ca, ca.cert_pem()).with_context(|| format!("cannot write {}", this.ca.display()))?;
+        std::fs::write(&this.ca, ca.cert_pem())
+            .with_context(|| format!("cannot write {}", this.ca.display()))?;
         for i in 1..=nodes {
             let name = node_name(i);
             ca.issue(&name, &[name.clone(), "localhost".into(), "127.0.0.1".into()])?
                 .write(&this.dir, &format!("node-{i}"))?;
         }
-        ca.issue("ftkvctl", &["ftkvctl".into()])?.write(&this.dir, "client")?;
+        ca.issue("ftkvctl", &["ftkvctl".into()])?
+            .write(&this.dir, "client")?;
         Ok(this)
     }
 
@@ -89,7 +92,8 @@ impl PlaygroundTls {
 
     /// The client library's settings.
     pub fn client_options(&self) -> anyhow::Result<ftkv_client::TlsOptions> {
-        Ok(ftkv_client::TlsOptions::with_ca_file(&self.ca)?.identity_files(&self.client_cert, &self.client_key)?)
+        Ok(ftkv_client::TlsOptions::with_ca_file(&self.ca)?
+            .identity_files(&self.client_cert, &self.client_key)?)
     }
 
     /// tonic's settings for the raw status calls of the playground.

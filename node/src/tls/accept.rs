@@ -93,7 +93,10 @@ pub fn tls_accept(
     out
 }
 
-async fn handshake(stream: GuardedStream, options: &AcceptOptions) -> io::Result<Option<TlsStream<GuardedStream>>> {
+async fn handshake(
+    stream: GuardedStream,
+    options: &AcceptOptions,
+) -> io::Result<Option<TlsStream<GuardedStream>>> {
     let port = options.tls.port;
     let mut first = [0u8; 1];
     if stream.peek(&mut first).await? == 0 {
@@ -167,7 +170,11 @@ async fn answer_plaintext(mut stream: GuardedStream, how: PlaintextAnswer) {
                 }
             }
             conn.graceful_shutdown();
-            let _ = tokio::time::timeout(Duration::from_secs(1), futures::future::poll_fn(|cx| conn.poll_closed(cx))).await;
+            let _ = tokio::time::timeout(
+                Duration::from_secs(1),
+                futures::future::poll_fn(|cx| conn.poll_closed(cx)),
+            )
+            .await;
         }
     }
 }

@@ -53,7 +53,10 @@ impl CertNames {
     }
 
     fn all(&self) -> impl Iterator<Item = &str> {
-        self.common_names.iter().chain(&self.dns_names).map(String::as_str)
+        self.common_names
+            .iter()
+            .chain(&self.dns_names)
+            .map(String::as_str)
     }
 
     /// Whether one of the names is in `allowed`.
@@ -117,12 +120,18 @@ mod tests {
     fn names_and_node_ids_come_from_cn_and_dns_sans() {
         let ca = crate::tls::certs::Authority::new("test CA").unwrap();
         let leaf = ca
-            .issue("ftkv-node-2", &["ftkv-node-2".into(), "localhost".into(), "127.0.0.1".into()])
+            .issue(
+                "ftkv-node-2",
+                &["ftkv-node-2".into(), "localhost".into(), "127.0.0.1".into()],
+            )
             .unwrap();
         let der = crate::tls::certs::pem_to_der(&leaf.cert_pem).unwrap();
         let names = CertNames::of(&der).unwrap();
         assert_eq!(names.common_names, vec!["ftkv-node-2".to_string()]);
-        assert_eq!(names.dns_names, vec!["ftkv-node-2".to_string(), "localhost".to_string()]);
+        assert_eq!(
+            names.dns_names,
+            vec!["ftkv-node-2".to_string(), "localhost".to_string()]
+        );
         assert_eq!(names.node_ids(), vec![2]);
         assert!(names.any_of(&["localhost".into()]));
         assert!(!names.any_of(&["ftkv-node-3".into()]));

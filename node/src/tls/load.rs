@@ -166,7 +166,8 @@ impl ServerFiles {
         let provider = provider();
         let verifier = match &self.trusted_ca_file {
             Some(ca) => {
-                let builder = WebPkiClientVerifier::builder_with_provider(read_roots(ca_option, ca)?, provider.clone());
+                let builder =
+                    WebPkiClientVerifier::builder_with_provider(read_roots(ca_option, ca)?, provider.clone());
                 let builder = if self.client_cert_auth {
                     builder
                 } else {
@@ -203,7 +204,10 @@ impl ServerFiles {
 /// Loads every file `tls` names and builds every configuration once (what each start and
 /// `ftkv-node check-config` check).
 pub fn check_config(tls: &TlsConfig) -> Result<(), TlsError> {
-    for files in [ServerFiles::client(tls), ServerFiles::peer(tls)].into_iter().flatten() {
+    for files in [ServerFiles::client(tls), ServerFiles::peer(tls)]
+        .into_iter()
+        .flatten()
+    {
         files.server_config(ALPN_H2)?;
     }
     if tls.peer_tls() {

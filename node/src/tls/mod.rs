@@ -75,7 +75,11 @@ impl NodeTls {
     pub fn watch(&self) {
         reload::watch(
             reload::Reloadable {
-                servers: [&self.client, &self.status, &self.peer].into_iter().flatten().cloned().collect(),
+                servers: [&self.client, &self.status, &self.peer]
+                    .into_iter()
+                    .flatten()
+                    .cloned()
+                    .collect(),
                 peer_client: self.peer_client.clone(),
             },
             self.reload_interval,

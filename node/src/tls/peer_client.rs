@@ -23,7 +23,8 @@ fn read(option: &'static str, path: &std::path::Path) -> Result<Vec<u8>, TlsErro
 /// The tonic client configuration of `tls`'s peer files (peer TLS must be on). The files are
 /// parsed first so that a broken one is refused here, not at the first connection.
 pub fn client_config(tls: &TlsConfig) -> Result<ClientTlsConfig, TlsError> {
-    let (Some(cert), Some(key), Some(ca)) = (&tls.peer_cert_file, &tls.peer_key_file, &tls.peer_trusted_ca_file)
+    let (Some(cert), Some(key), Some(ca)) =
+        (&tls.peer_cert_file, &tls.peer_key_file, &tls.peer_trusted_ca_file)
     else {
         return Err(TlsError::Invalid("peer TLS is not configured".into()));
     };

@@ -112,9 +112,13 @@ impl Reloadable {
     pub fn reload(&self, force: bool, why: &str) {
         for server in &self.servers {
             if force || server.changed() {
-                let peer = server.port == "peer";
-                reload_logged(server.port, why, server.reload());
-                if peer {
+                let result = server.reload();
+                let loaded = result.is_ok();
+                reload_logged(server.port, why, result);
+                // The outgoing side follows only files the server side accepted (rustls checked
+                // them whole, the key against the certificate): a half-rotated pair or a broken
+                // file must not reach new peer connections either.
+                if loaded && server.port == "peer" {
                     if let Some(client) = &self.peer_client {
                         reload_logged("peer-client", why, client.reload());
                     }
