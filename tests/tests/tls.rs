@@ -508,7 +508,7 @@ async fn certificates_reload_without_a_restart_and_broken_files_are_rejected() {
     assert_eq!(served_cert(&addr, &pki.ca.pem(), &pki.client).await, rotated);
     // SIGHUP forces a reload: still rejected, still serving, still alive.
     let pid = cluster.pid(1).unwrap();
-    assert_eq!(unsafe_free_kill(pid, "HUP"), true);
+    assert!(send_signal(pid, "HUP"));
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(cluster.is_running(1));
     assert_eq!(served_cert(&addr, &pki.ca.pem(), &pki.client).await, rotated);
@@ -544,7 +544,7 @@ async fn certificates_reload_without_a_restart_and_broken_files_are_rejected() {
 }
 
 /// `kill -SIG pid` through the utility (no unsafe code in tests).
-fn unsafe_free_kill(pid: u32, signal: &str) -> bool {
+fn send_signal(pid: u32, signal: &str) -> bool {
     std::process::Command::new("kill")
         .arg(format!("-{signal}"))
         .arg(pid.to_string())
@@ -616,7 +616,7 @@ async fn bad_tls_configurations_are_refused_at_start_and_sighup_does_not_kill_a_
     })
     .await
     .unwrap();
-    assert!(unsafe_free_kill(cluster.pid(1).unwrap(), "HUP"));
+    assert!(send_signal(cluster.pid(1).unwrap(), "HUP"));
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(cluster.is_running(1), "SIGHUP killed a node without TLS");
     cluster.client().await.unwrap().put("k", "v").await.unwrap();
