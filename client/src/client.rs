@@ -155,7 +155,12 @@ impl Inner {
                 return Ok(ch.clone());
             }
         }
-        let uri = format!("http://{endpoint}");
+        let scheme = if self.config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let uri = format!("{scheme}://{endpoint}");
         let invalid = |e: &dyn std::fmt::Display| Error::InvalidEndpoint {
             endpoint: endpoint.to_string(),
             message: e.to_string(),
@@ -167,6 +172,12 @@ impl Inner {
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_timeout(Duration::from_secs(5))
             .keep_alive_while_idle(true);
+        let ep = match &self.config.tls {
+            Some(tls) => ep.tls_config(tls.to_tonic()).map_err(|e| Error::Tls {
+                message: format!("TLS settings for {endpoint}: {e}"),
+            })?,
+            None => ep,
+        };
         // Each lazy channel opens its own HTTP/2 connection: several spread the frame work of
         // many concurrent calls over the runtime's threads (client and node side).
         let channels: Vec<Channel> = (0..self.config.connections_per_endpoint.max(1))
@@ -768,10 +779,7 @@ mod tests {
             normalize_endpoint("h:99999"),
             Err(Error::InvalidEndpoint { .. })
         ));
-        assert!(matches!(
-            normalize_endpoint("https://h:1"),
-            Err(Error::InvalidEndpoint { .. })
-        ));
+        assert_eq!(normalize_endpoint("https://h:1").unwrap(), "h:1");
         assert!(matches!(
             normalize_endpoint(""),
             Err(Error::InvalidEndpoint { .. })

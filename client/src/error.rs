@@ -110,6 +110,14 @@ pub enum Error {
         /// Why it is not valid.
         message: String,
     },
+    /// TLS does not fit: a plaintext client at a TLS port or the reverse, a server certificate
+    /// the CA does not vouch for, a client certificate missing or refused, an unreadable
+    /// certificate file. The message names the mismatch. Not retried; not applied.
+    #[error("TLS: {message}")]
+    Tls {
+        /// What does not fit.
+        message: String,
+    },
     /// The client was built without endpoints.
     #[error("no endpoints configured")]
     NoEndpoints,
@@ -284,6 +292,16 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
         };
     }
     if let Some(info) = error_info(status) {
+        if info.reason == ftkv_proto::status_details::REASON_TLS_REQUIRED {
+            return Failure {
+                error: Error::Tls {
+                    message: format!("{} (the client spoke plaintext to a TLS port)", info.message),
+                },
+                not_applied: true,
+                retry: false,
+                stale_session: false,
+            };
+        }
         let text = if info.message.is_empty() {
             message.clone()
         } else {
@@ -412,6 +430,15 @@ fn classify_by_code(status: &tonic::Status, message: String) -> Failure {
     } else {
         message
     };
+    if let Some(explained) = crate::tls::mismatch(&message) {
+        // A handshake that failed or was refused: the server never took the request.
+        return Failure {
+            error: Error::Tls { message: explained },
+            not_applied: true,
+            retry: false,
+            stale_session: false,
+        };
+    }
     match status.code() {
         Code::Unavailable if is_never_sent(status) => Failure {
             error: Error::Unavailable { message },

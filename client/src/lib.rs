@@ -35,6 +35,7 @@ mod client;
 mod error;
 mod retry;
 mod session;
+mod tls;
 mod types;
 
 #[cfg(feature = "cli")]
@@ -44,6 +45,7 @@ pub use client::{Alarm, Client, ClientBuilder, NodeAlarms, DEFAULT_ENDPOINT, DEF
 pub use error::{Error, Result};
 pub use retry::RetryPolicy;
 pub use session::{WriteSession, DEFAULT_SESSION_WINDOW};
+pub use tls::TlsOptions;
 pub use types::{
     decode_counter, prefix_end, Compare, CompareResult, CompareTarget, KeyValue, Member, Membership,
     NodeStatus, Op, ReadConsistency, ResponseInfo, ScanOptions, ScanPage, Txn, TxnOp, TxnOpResult, TxnResult,

@@ -19,6 +19,8 @@ pub use flags::ConfigFlags;
 pub mod space;
 pub use server::ServerConfig;
 pub use space::SpaceConfig;
+pub mod tls;
+pub use tls::{TlsConfig, TlsFlags, TlsVersion};
 
 /// Errors while building the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +85,8 @@ pub struct Config {
     pub server: ServerConfig,
     /// Data dir quota and disk reserve (NOSPACE alarm).
     pub space: SpaceConfig,
+    /// TLS on the client, peer and status ports.
+    pub tls: TlsConfig,
     /// Test-only switches that break guarantees on purpose (for the fault harness canaries).
     pub testing: TestingConfig,
 }
@@ -106,6 +110,7 @@ impl Default for Config {
             limits: Limits::default(),
             server: ServerConfig::default(),
             space: SpaceConfig::default(),
+            tls: TlsConfig::default(),
             testing: TestingConfig::default(),
         }
     }
@@ -457,6 +462,7 @@ impl Config {
             .map_err(ConfigError::Invalid)?;
         self.server.validate()?;
         self.space.validate()?;
+        self.tls.validate()?;
         if self.log.segment_size.as_u64() < 64 * 1024 {
             return Err(ConfigError::Invalid(
                 "log.segment_size must be at least 64KiB".into(),

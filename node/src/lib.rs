@@ -19,3 +19,4 @@ pub mod run;
 pub mod server;
 pub mod space;
 pub mod telemetry;
+pub mod tls;

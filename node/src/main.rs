@@ -142,6 +142,9 @@ struct RunArgs {
     /// Every other configuration key (`--raft-heartbeat-interval-ms`, `FTKV_LIMITS_MAX_KEY_BYTES`, ...).
     #[command(flatten)]
     config_flags: ftkv_node::config::ConfigFlags,
+    /// TLS: --cert-file, --peer-cert-file, ... (etcd's names).
+    #[command(flatten)]
+    tls_flags: ftkv_node::config::TlsFlags,
 }
 
 impl RunArgs {
@@ -214,6 +217,7 @@ impl RunArgs {
             c.testing.lose_unsynced_sync_latency_ms = v;
         }
         self.config_flags.apply(&mut c)?;
+        self.tls_flags.apply(&mut c);
         c.validate()?;
         Ok(c)
     }
@@ -236,6 +240,9 @@ fn main() -> std::process::ExitCode {
     if let Err(e) = ftkv_vfs::disable_transparent_huge_pages() {
         eprintln!("ftkv-node: warning: could not turn transparent huge pages off: {e}");
     }
+    // ring is the build's only rustls provider; making it the process default as well means
+    // nothing can ever pick another one at run time.
+    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     match real_main(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,

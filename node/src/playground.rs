@@ -4,7 +4,8 @@
 //! port `P + 3(i-1) + 2`, where `P` is `--base-port` (default 7379), with its data in
 //! `DIR/node-i` and its log in `DIR/node-i.log`. Once a leader exists the comma-separated client
 //! endpoints are written to `DIR/endpoints`. Ctrl-C (or SIGTERM) stops the children cleanly.
-//! `--demo` runs the demo workload ([`crate::playground::demo`]) and exits.
+//! `--demo` runs the demo workload ([`crate::playground::demo`]) and exits. `--tls` puts every
+//! port on TLS with certificates generated into `DIR/tls` ([`crate::playground::tls`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 pub mod demo;
+pub mod tls;
 
 /// Flags of `ftkv-node playground`.
 #[derive(clap::Args, Debug, Clone)]
@@ -30,8 +32,12 @@ pub struct PlaygroundArgs {
     #[arg(long)]
     pub engine: Option<String>,
     /// Run the demo workload, print the results, stop the cluster and exit.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "tls")]
     pub demo: bool,
+    /// TLS on every port, client-cert auth, authenticated peers: generates a throwaway CA and
+    /// certificates into DIR/tls (kept when restarted on the same --dir).
+    #[arg(long)]
+    pub tls: bool,
     /// Rows the demo writes.
     #[arg(long, default_value_t = 100_000)]
     pub demo_rows: u64,
@@ -49,6 +55,8 @@ pub struct PlaygroundNode {
     pub client: String,
     /// Peer endpoint.
     pub peer: String,
+    /// Status HTTP endpoint.
+    pub status: String,
     /// Data dir.
     pub data_dir: PathBuf,
     /// Log file.
@@ -66,6 +74,8 @@ pub struct Playground {
     pub nodes: Vec<PlaygroundNode>,
     /// Base directory.
     pub dir: PathBuf,
+    /// The certificates, with `--tls`.
+    pub tls: Option<tls::PlaygroundTls>,
     _temp: Option<tempfile::TempDir>,
 }
 
@@ -90,6 +100,11 @@ impl Playground {
             initial.push(format!("{i}=127.0.0.1:{}", port(i, 1)?));
         }
         let initial = initial.join(",");
+        let tls = if args.tls {
+            Some(tls::PlaygroundTls::prepare(&dir, args.nodes)?)
+        } else {
+            None
+        };
         let mut nodes = Vec::new();
         for i in 1..=args.nodes {
             let client = format!("127.0.0.1:{}", port(i, 0)?);
@@ -109,11 +124,15 @@ impl Playground {
             if let Some(e) = &args.engine {
                 a.push(format!("--engine={e}"));
             }
+            if let Some(t) = &tls {
+                a.extend(t.node_args(i));
+            }
             a.extend(args.node_args.iter().cloned());
             nodes.push(PlaygroundNode {
                 id: i,
                 client,
                 peer,
+                status,
                 log_path: dir.join(format!("node-{i}.log")),
                 data_dir,
                 args: a,
@@ -123,6 +142,7 @@ impl Playground {
         let mut pg = Playground {
             nodes,
             dir,
+            tls,
             _temp: temp,
         };
         for i in 0..pg.nodes.len() {
@@ -189,7 +209,7 @@ impl Playground {
             self.check_children()?;
             let mut leaders = Vec::new();
             for n in self.nodes.iter().filter(|n| n.child.is_some()) {
-                if let Ok(st) = status(&n.client).await {
+                if let Ok(st) = self.status_of(&n.client).await {
                     leaders.push(st.leader_id);
                 }
             }
@@ -205,6 +225,14 @@ impl Playground {
                 );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// `Cluster.Status` of one endpoint (over TLS with `--tls`).
+    pub async fn status_of(&self, endpoint: &str) -> anyhow::Result<ftkv_proto::v1::StatusResponse> {
+        match &self.tls {
+            None => status(endpoint).await,
+            Some(t) => status_with(&format!("https://{endpoint}"), Some(t.tonic_config()?)).await,
         }
     }
 
@@ -290,11 +318,20 @@ pub fn tail(path: &Path, lines: usize) -> String {
 
 /// `Cluster.Status` of one endpoint with a short timeout.
 pub async fn status(endpoint: &str) -> anyhow::Result<ftkv_proto::v1::StatusResponse> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))?
+    status_with(&format!("http://{endpoint}"), None).await
+}
+
+async fn status_with(
+    uri: &str,
+    tls: Option<tonic::transport::ClientTlsConfig>,
+) -> anyhow::Result<ftkv_proto::v1::StatusResponse> {
+    let mut endpoint = tonic::transport::Endpoint::from_shared(uri.to_string())?
         .connect_timeout(Duration::from_millis(500))
-        .timeout(Duration::from_secs(2))
-        .connect()
-        .await?;
+        .timeout(Duration::from_secs(2));
+    if let Some(tls) = tls {
+        endpoint = endpoint.tls_config(tls)?;
+    }
+    let channel = endpoint.connect().await?;
     let mut client = ftkv_proto::v1::cluster_client::ClusterClient::new(channel);
     Ok(client
         .status(ftkv_proto::v1::StatusRequest { with_digest: false })
@@ -330,7 +367,27 @@ pub async fn run(args: PlaygroundArgs) -> anyhow::Result<()> {
         pg.endpoints(),
         pg.dir.join("endpoints").display()
     );
-    println!("try: ftkvctl --endpoints {} put hello world", pg.endpoints());
+    match &pg.tls {
+        None => println!("try: ftkvctl --endpoints {} put hello world", pg.endpoints()),
+        Some(t) => {
+            println!(
+                "TLS on every port (client-cert auth, peers authenticated); certificates in {}",
+                t.dir.display()
+            );
+            println!(
+                "try: ftkvctl --endpoints {} {} put hello world",
+                pg.endpoints(),
+                t.ctl_flags()
+            );
+            println!(
+                "     curl --cacert {} --cert {} --key {} https://{}/metrics",
+                t.ca.display(),
+                t.client_cert.display(),
+                t.client_key.display(),
+                pg.nodes.first().map(|n| n.status.as_str()).unwrap_or_default()
+            );
+        }
+    }
     if args.demo {
         let result = demo::run(&mut pg, args.demo_rows).await;
         pg.stop_all();

@@ -148,6 +148,7 @@ pub fn cluster_config(config: &Config) -> ClusterConfig {
         lose_unsynced_on_kill: config.testing.lose_unsynced_on_kill,
         lose_unsynced_sync_latency_ms: config.testing.lose_unsynced_sync_latency_ms,
         space: config.space.options(),
+        peer_tls: None,
     }
 }
 
@@ -190,6 +191,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     tracing::info!(id = config.id, data_dir = %config.data_dir.display(), lock = %lock.path().display(), "starting ftkv-node");
     let metrics = crate::telemetry::install_recorder(config.engine.kind.as_str())?;
     let connections = connection_options(&config)?;
+    // Certificates are loaded before any port binds; SIGHUP is handled (never fatal) from here on.
+    let tls = crate::tls::NodeTls::load(&config.tls).context("cannot load the TLS files")?;
+    tls.watch();
 
     // Bind every port before starting Raft, so a taken port fails fast.
     let client_listener = crate::server::bind(&config.listen_client, "clients").await?;
@@ -206,7 +210,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     };
     let telemetry =
         crate::telemetry::Telemetry::new(&config.data_dir, config.engine.cache_size.as_u64(), engine_meters);
-    let cluster = ClusterNode::start(cluster_config(&config), engine)
+    let mut cluster_cfg = cluster_config(&config);
+    cluster_cfg.peer_tls = tls.peer_client.clone();
+    let cluster = ClusterNode::start(cluster_cfg, engine)
         .await
         .context("cannot start Raft")?;
     let readiness = crate::server::readiness::Readiness::new(cluster.clone());
@@ -220,10 +226,17 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         peer = %crate::server::local(&peer_listener),
         "listening"
     );
+    let handshake_timeout = connections.limits.handshake_timeout;
+    let accept_options = |server: &Option<Arc<crate::tls::reload::ServerTls>>, answer| {
+        server
+            .as_ref()
+            .map(|s| tls.accept_options(s, handshake_timeout, answer))
+    };
     let peer_task = tokio::spawn(crate::server::serve_peer(
         peer_listener,
         cluster.clone(),
         connections,
+        accept_options(&tls.peer, crate::tls::accept::PlaintextAnswer::Grpc),
         stopped(stop_rx.clone()),
     ));
     let client_task = tokio::spawn(crate::server::serve_client(
@@ -232,22 +245,39 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         config.limits,
         connections,
         readiness.clone(),
+        accept_options(&tls.client, crate::tls::accept::PlaintextAnswer::Grpc),
         stopped(stop_rx.clone()),
     ));
-    let status_listener = status_listener
-        .map(|l| crate::server::conn::GuardedListener::new(l, connections.limits, "status"))
-        .transpose()
-        .context("cannot serve status HTTP")?;
-    let status_task = status_listener.map(|l| {
-        tokio::spawn(crate::server::status_http::serve(
-            l,
-            cluster.clone(),
-            metrics,
-            telemetry.clone(),
-            readiness.clone(),
-            stopped(stop_rx.clone()),
-        ))
-    });
+    let status_task = match (
+        status_listener,
+        accept_options(&tls.status, crate::tls::accept::PlaintextAnswer::Http1),
+    ) {
+        (None, _) => None,
+        (Some(l), None) => {
+            let l = crate::server::conn::GuardedListener::new(l, connections.limits, "status")
+                .context("cannot serve status HTTP")?;
+            Some(tokio::spawn(crate::server::status_http::serve(
+                l,
+                cluster.clone(),
+                metrics,
+                telemetry.clone(),
+                readiness.clone(),
+                stopped(stop_rx.clone()),
+            )))
+        }
+        (Some(l), Some(options)) => {
+            let l = crate::tls::accept::TlsListener::new(l, connections.limits, options)
+                .context("cannot serve status HTTPS")?;
+            Some(tokio::spawn(crate::server::status_http::serve(
+                l,
+                cluster.clone(),
+                metrics,
+                telemetry.clone(),
+                readiness.clone(),
+                stopped(stop_rx.clone()),
+            )))
+        }
+    };
 
     if config.initial_cluster_state == ClusterState::New {
         let peers = config.initial_peers()?;

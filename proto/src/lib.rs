@@ -41,6 +41,10 @@ pub mod status_details {
     /// KIND_UNAVAILABLE): not applied; clients send it to another node.
     pub const REASON_DRAINING: &str = "DRAINING";
 
+    /// `ErrorInfo.reason` of the answer a TLS port gives a plaintext client
+    /// (`FAILED_PRECONDITION`, KIND_INVALID): the client must connect with TLS.
+    pub const REASON_TLS_REQUIRED: &str = "TLS_REQUIRED";
+
     /// `type_url` of the `Any` that wraps an `ErrorInfo`.
     pub const ERROR_INFO_TYPE_URL: &str = "type.googleapis.com/ftkv.v1.ErrorInfo";
 

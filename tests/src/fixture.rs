@@ -170,6 +170,38 @@ pub struct ClusterOptions {
     pub wait_timeout: Duration,
     /// Bound for one `ftkvctl` run through [`Cluster::ctl`]. Default 60 s.
     pub ctl_timeout: Duration,
+    /// TLS of the fixture's own calls (status polling, [`Cluster::client_builder`]) when the
+    /// nodes' client ports speak TLS (the nodes' TLS flags go in `extra_args`). Default none.
+    pub client_tls: Option<FixtureTls>,
+}
+
+/// PEM material the fixture connects to TLS client ports with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FixtureTls {
+    /// CA of the nodes' certificates.
+    pub ca_pem: String,
+    /// Client certificate and key, if the nodes require one.
+    pub identity: Option<(String, String)>,
+}
+
+impl FixtureTls {
+    /// The client library's settings.
+    pub fn client_options(&self) -> ftkv_client::TlsOptions {
+        let options = ftkv_client::TlsOptions::with_ca_pem(self.ca_pem.clone());
+        match &self.identity {
+            Some((cert, key)) => options.identity_pem(cert.clone(), key.clone()),
+            None => options,
+        }
+    }
+
+    fn tonic_config(&self) -> tonic::transport::ClientTlsConfig {
+        let config = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(&self.ca_pem));
+        match &self.identity {
+            Some((cert, key)) => config.identity(tonic::transport::Identity::from_pem(cert, key)),
+            None => config,
+        }
+    }
 }
 
 impl Default for ClusterOptions {
@@ -182,6 +214,7 @@ impl Default for ClusterOptions {
             host: "127.0.0.1".into(),
             wait_timeout: Duration::from_secs(60),
             ctl_timeout: Duration::from_secs(60),
+            client_tls: None,
         }
     }
 }
@@ -350,7 +383,11 @@ impl Cluster {
 
     /// A client builder with every node's endpoint preset (set timeouts or test hooks on it).
     pub fn client_builder(&self) -> ftkv_client::ClientBuilder {
-        ftkv_client::Client::builder().endpoints(self.endpoints())
+        let builder = ftkv_client::Client::builder().endpoints(self.endpoints());
+        match &self.options.client_tls {
+            Some(tls) => builder.tls(tls.client_options()),
+            None => builder,
+        }
     }
 
     /// A client of the whole cluster with default settings.
@@ -361,10 +398,12 @@ impl Cluster {
     /// A client that knows only node `id`'s endpoint (it may still learn the leader's from a
     /// `NOT_LEADER` redirect for writes).
     pub async fn client_for(&self, id: u64) -> Result<ftkv_client::Client, FixtureError> {
-        Ok(ftkv_client::Client::builder()
-            .endpoints([self.endpoint(id)?])
-            .build()
-            .await?)
+        let builder = ftkv_client::Client::builder().endpoints([self.endpoint(id)?]);
+        let builder = match &self.options.client_tls {
+            Some(tls) => builder.tls(tls.client_options()),
+            None => builder,
+        };
+        Ok(builder.build().await?)
     }
 
     /// A raw gRPC `ftkv.v1.Kv` client to exactly node `id` (no redirects, no retries): for
@@ -607,7 +646,13 @@ impl Cluster {
     /// `ftkv.v1.Cluster/Status` of node `id` (one connection, bounded by 2 s).
     pub async fn status(&self, id: u64) -> Result<StatusResponse, FixtureError> {
         let addr = self.endpoint(id)?;
-        status_at(id, &addr, Duration::from_secs(2)).await
+        status_at(
+            id,
+            &addr,
+            self.options.client_tls.as_ref(),
+            Duration::from_secs(2),
+        )
+        .await
     }
 
     /// Statuses of every running, unpaused node that answers, by id.
@@ -625,7 +670,13 @@ impl Cluster {
         };
         let mut tasks = tokio::task::JoinSet::new();
         for (id, addr) in targets {
-            tasks.spawn(async move { (id, status_at(id, &addr, Duration::from_secs(2)).await) });
+            let tls = self.options.client_tls.clone();
+            tasks.spawn(async move {
+                (
+                    id,
+                    status_at(id, &addr, tls.as_ref(), Duration::from_secs(2)).await,
+                )
+            });
         }
         let mut statuses = BTreeMap::new();
         while let Some(joined) = tasks.join_next().await {
@@ -973,12 +1024,23 @@ fn node_info(root: &Path, host: &str, id: u64, ports: &[u16]) -> NodeInfo {
 
 /// One `Status` call over a fresh connection (a cached channel could hold a dead connection
 /// to a restarted node).
-async fn status_at(id: u64, addr: &str, timeout: Duration) -> Result<StatusResponse, FixtureError> {
+async fn status_at(
+    id: u64,
+    addr: &str,
+    tls: Option<&FixtureTls>,
+    timeout: Duration,
+) -> Result<StatusResponse, FixtureError> {
     let failed = |message: String| FixtureError::Status { id, message };
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut endpoint = tonic::transport::Endpoint::from_shared(format!("{scheme}://{addr}"))
         .map_err(|error| failed(error.to_string()))?
         .connect_timeout(timeout)
         .timeout(timeout);
+    if let Some(tls) = tls {
+        endpoint = endpoint
+            .tls_config(tls.tonic_config())
+            .map_err(|error| failed(error.to_string()))?;
+    }
     let channel = endpoint
         .connect()
         .await

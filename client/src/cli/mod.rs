@@ -78,6 +78,27 @@ pub struct Cli {
     /// Time budget to open a connection to one endpoint. Must be > 0.
     #[arg(long, default_value = "2s", value_parser = positive_duration, global = true)]
     pub connect_timeout: Duration,
+    /// CA certificate (PEM) that signs the nodes' certificates: connect over TLS (https://).
+    #[arg(long, id = "cacert_file", env = "FTKV_CACERT", global = true)]
+    pub cacert: Option<std::path::PathBuf>,
+    /// Client certificate (PEM) to present (a node with --client-cert-auth requires one).
+    #[arg(
+        long = "cert",
+        id = "cert_file",
+        env = "FTKV_CERT",
+        global = true,
+        requires = "key_file"
+    )]
+    pub cert: Option<std::path::PathBuf>,
+    /// Private key (PEM) of --cert.
+    #[arg(
+        long = "key",
+        id = "key_file",
+        env = "FTKV_KEY",
+        global = true,
+        requires = "cert_file"
+    )]
+    pub key: Option<std::path::PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -392,16 +413,33 @@ async fn connect(cli: &Cli) -> anyhow::Result<Client> {
         max_attempts: 20,
         ..RetryPolicy::default()
     };
-    let client = Client::builder()
+    let mut builder = Client::builder()
         .endpoints(&cli.endpoints)
         .connect_timeout(cli.connect_timeout)
         .request_timeout(cli.request_timeout.min(cli.timeout))
         .retry(policy)
-        .connections_per_endpoint(connections)
-        .build()
-        .await
-        .context("bad --endpoints")?;
+        .connections_per_endpoint(connections);
+    if let Some(tls) = tls_options(cli)? {
+        builder = builder.tls(tls);
+    }
+    let client = builder.build().await.context("bad --endpoints")?;
     Ok(client)
+}
+
+/// The TLS settings of `--cacert --cert --key` (`None` without `--cacert`; `--cert` without
+/// `--cacert` is refused: the client must know which CA signs the nodes' certificates).
+fn tls_options(cli: &Cli) -> anyhow::Result<Option<crate::TlsOptions>> {
+    let Some(ca) = &cli.cacert else {
+        if cli.cert.is_some() {
+            anyhow::bail!("--cert needs --cacert: the CA (PEM) that signs the nodes' certificates");
+        }
+        return Ok(None);
+    };
+    let mut tls = crate::TlsOptions::with_ca_file(ca)?;
+    if let (Some(cert), Some(key)) = (&cli.cert, &cli.key) {
+        tls = tls.identity_files(cert, key)?;
+    }
+    Ok(Some(tls))
 }
 
 /// Writes `out` and a newline to stdout, unless `out` is empty. Errors (a closed pipe

@@ -29,6 +29,8 @@ pub(super) struct Config {
     pub(super) session_window: u64,
     pub(super) connections_per_endpoint: usize,
     pub(super) batch_requests: bool,
+    /// TLS for every endpoint (`https://`), if set.
+    pub(super) tls: Option<crate::tls::TlsOptions>,
 }
 
 /// Floor of the derived attempt timeout (a quarter of the request timeout).
@@ -65,6 +67,7 @@ impl Default for ClientBuilder {
                 session_window: DEFAULT_SESSION_WINDOW,
                 connections_per_endpoint: 1,
                 batch_requests: true,
+                tls: None,
             },
             debug_drop_write_responses: 0,
         }
@@ -151,6 +154,13 @@ impl ClientBuilder {
         self
     }
 
+    /// Connects to every endpoint over TLS with these settings (see [`crate::TlsOptions`]).
+    /// Without it an `https://` endpoint is refused at [`ClientBuilder::build`].
+    pub fn tls(mut self, options: crate::tls::TlsOptions) -> Self {
+        self.config.tls = Some(options);
+        self
+    }
+
     /// **Test only.** Discards the first `n` successful write responses (put, delete, write,
     /// txn, upsert) as if the request had timed out after the node applied it, so the client
     /// retries them with the same session. Used to show that a retried `Upsert{Add}` after a
@@ -168,6 +178,13 @@ impl ClientBuilder {
     pub async fn build(self) -> Result<Client> {
         let mut endpoints: Vec<String> = Vec::new();
         for raw in &self.endpoints {
+            if raw.trim().starts_with("https://") && self.config.tls.is_none() {
+                return Err(Error::InvalidEndpoint {
+                    endpoint: raw.clone(),
+                    message: "an https:// endpoint needs TLS settings (ClientBuilder::tls; ftkvctl --cacert)"
+                        .into(),
+                });
+            }
             let ep = normalize_endpoint(raw)?;
             if !endpoints.contains(&ep) {
                 endpoints.push(ep);
@@ -201,18 +218,17 @@ impl ClientBuilder {
     }
 }
 
-/// Turns `http://host:port`, ` host:port ` or `host:port/` into `host:port`.
+/// Turns `http://host:port`, `https://host:port`, ` host:port ` or `host:port/` into
+/// `host:port` (whether TLS is used is the client's setting, [`ClientBuilder::tls`]).
 pub(crate) fn normalize_endpoint(raw: &str) -> Result<String> {
     let trimmed = raw.trim();
     let invalid = |message: &str| Error::InvalidEndpoint {
         endpoint: raw.to_string(),
         message: message.to_string(),
     };
-    if trimmed.starts_with("https://") {
-        return Err(invalid("TLS is not supported; use host:port"));
-    }
     let bare = trimmed
         .strip_prefix("http://")
+        .or_else(|| trimmed.strip_prefix("https://"))
         .unwrap_or(trimmed)
         .trim_end_matches('/');
     if bare.is_empty() {

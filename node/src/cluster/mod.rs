@@ -120,6 +120,8 @@ pub struct ClusterConfig {
     pub lose_unsynced_sync_latency_ms: u64,
     /// Data dir quota and disk reserve (the NOSPACE alarm, `crate::space`).
     pub space: crate::space::SpaceOptions,
+    /// Peer TLS of outgoing Raft connections (`None`: plaintext), reloaded in place.
+    pub peer_tls: Option<std::sync::Arc<crate::tls::peer_client::PeerClientTls>>,
 }
 
 /// Status of this node as the cluster layer sees it.
@@ -376,7 +378,7 @@ impl ClusterNode {
                 .map_err(|e| ClusterError::Storage(format!("snapshot at start: {e}")))?
                 .map_err(|e| ClusterError::Storage(e.to_string()))?;
         }
-        let channels = network::Channels::default();
+        let channels = network::Channels::with_tls(config.peer_tls.clone());
         let refusals = removal::Refusals::default();
         let factory = network::NetworkFactory {
             node_id: config.node_id,

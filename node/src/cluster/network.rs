@@ -44,9 +44,23 @@ pub struct PeerCallError(pub String);
 pub struct Channels {
     inner: Arc<Mutex<HashMap<String, Channel>>>,
     blocked: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// Peer TLS (`https://`, this node's peer certificate as client identity) and the
+    /// generation of it the cached channels were made with: a reload empties the cache, so
+    /// connections opened afterwards present the new certificate (RPCs on channels already
+    /// handed out finish on theirs).
+    tls: Option<Arc<crate::tls::peer_client::PeerClientTls>>,
+    tls_generation: Arc<Mutex<u64>>,
 }
 
 impl Channels {
+    /// A cache whose channels speak TLS when `tls` is set.
+    pub fn with_tls(tls: Option<Arc<crate::tls::peer_client::PeerClientTls>>) -> Self {
+        Self {
+            tls,
+            ..Self::default()
+        }
+    }
+
     /// Drops every outgoing Raft RPC to `peer_addr` (a one-way partition) until unblocked.
     #[cfg(test)]
     pub fn block(&self, peer_addr: &str) {
@@ -68,20 +82,33 @@ impl Channels {
     /// until the first call).
     pub fn get(&self, peer_addr: &str) -> Result<Channel, PeerCallError> {
         let mut map = self.inner.lock();
+        let tls = self.tls.as_ref().map(|t| t.current());
+        if let Some((generation, _)) = &tls {
+            let mut seen = self.tls_generation.lock();
+            if *seen != *generation {
+                map.clear();
+                *seen = *generation;
+            }
+        }
         if let Some(ch) = map.get(peer_addr) {
             return Ok(ch.clone());
         }
-        let uri = if peer_addr.contains("://") {
-            peer_addr.to_string()
-        } else {
-            format!("http://{peer_addr}")
+        let bare = peer_addr.split_once("://").map_or(peer_addr, |(_, rest)| rest);
+        let uri = match &tls {
+            Some(_) => format!("https://{bare}"),
+            None => format!("http://{bare}"),
         };
-        let endpoint = Endpoint::from_shared(uri)
+        let mut endpoint = Endpoint::from_shared(uri)
             .map_err(|e| PeerCallError(format!("bad peer address {peer_addr:?}: {e}")))?
             .connect_timeout(std::time::Duration::from_secs(2))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(std::time::Duration::from_secs(10))
             .keep_alive_while_idle(true);
+        if let Some((_, config)) = tls {
+            endpoint = endpoint
+                .tls_config(config)
+                .map_err(|e| PeerCallError(format!("peer TLS for {peer_addr:?}: {e}")))?;
+        }
         let channel = endpoint.connect_lazy();
         map.insert(peer_addr.to_string(), channel.clone());
         Ok(channel)

@@ -4,7 +4,9 @@
 //! (`peer_guard`: ranges, sender, shape), hands it to the local Raft, and answers with the
 //! encoded response, or with `is_error = true` and the encoded `RaftError` (which the caller
 //! turns into an openraft `RemoteError`). Undecodable or malformed payloads are
-//! `INVALID_ARGUMENT`, senders outside the membership `PERMISSION_DENIED`. `GetNodeInfo` answers
+//! `INVALID_ARGUMENT`, senders outside the membership `PERMISSION_DENIED`, and so is a message
+//! whose claimed sender is not the node its connection's peer certificate names
+//! (`crate::tls::identity`, when peer TLS is on). `GetNodeInfo` answers
 //! this node's id and advertised addresses.
 //!
 //! InstallSnapshot chunks are assembled here (openraft's `Chunked` receiver over this server's
@@ -139,6 +141,7 @@ impl RaftService for PeerServer {
     async fn append_entries(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let started = std::time::Instant::now();
         let msg = request.get_ref();
+        crate::tls::identity::check_peer_claim(request.extensions(), "AppendEntries", msg.from)?;
         self.cluster
             .check_peer("AppendEntries", msg.from, msg.cluster_id)?;
         let req: openraft::raft::AppendEntriesRequest<TypeConfig> = decode(msg)?;
@@ -155,6 +158,7 @@ impl RaftService for PeerServer {
 
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let msg = request.get_ref();
+        crate::tls::identity::check_peer_claim(request.extensions(), "Vote", msg.from)?;
         self.cluster.check_peer("Vote", msg.from, msg.cluster_id)?;
         let req: openraft::raft::VoteRequest<NodeId> = decode(msg)?;
         peer_guard::check_vote_request(&req, msg.from, &self.membership())?;
@@ -163,6 +167,7 @@ impl RaftService for PeerServer {
 
     async fn install_snapshot(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let msg = request.get_ref();
+        crate::tls::identity::check_peer_claim(request.extensions(), "InstallSnapshot", msg.from)?;
         self.cluster
             .check_peer("InstallSnapshot", msg.from, msg.cluster_id)?;
         let req: InstallSnapshotRequest<TypeConfig> = decode(msg)?;
@@ -172,6 +177,7 @@ impl RaftService for PeerServer {
 
     async fn timeout_now(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let msg = request.get_ref();
+        crate::tls::identity::check_peer_claim(request.extensions(), "TimeoutNow", msg.from)?;
         self.cluster.check_peer("TimeoutNow", msg.from, msg.cluster_id)?;
         super::drain::accept_timeout_now(&self.raft, self.node_id, msg.from).await?;
         encode(self.node_id, self.cluster.get(), Ok::<(), ()>(()))

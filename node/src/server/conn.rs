@@ -212,6 +212,17 @@ impl GuardedStream {
         }
     }
 
+    /// Reads the next bytes into `buf` without consuming them (the TLS accept path looks at the
+    /// first byte to tell a TLS client from a plaintext one).
+    pub async fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.peek(buf).await
+    }
+
+    /// Address of the other end.
+    pub fn peer_addr(&self) -> io::Result<std::net::SocketAddr> {
+        self.inner.peer_addr()
+    }
+
     /// Whether the connection is past its deadline (re-arms the timer when bytes came since).
     fn expired(&mut self, cx: &mut Context<'_>) -> bool {
         loop {

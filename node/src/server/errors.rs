@@ -96,6 +96,17 @@ pub fn invalid(message: impl Into<String>) -> Status {
     status(Code::InvalidArgument, info(Kind::Invalid, message.into()))
 }
 
+/// The answer to a plaintext client of a TLS port: `FAILED_PRECONDITION`, `KIND_INVALID`,
+/// reason [`ftkv_proto::status_details::REASON_TLS_REQUIRED`] (what clients match on).
+pub fn tls_required() -> Status {
+    let mut i = info(
+        Kind::Invalid,
+        "this port requires TLS: connect with TLS (https://, ftkvctl --cacert) instead of plaintext".into(),
+    );
+    i.reason = ftkv_proto::status_details::REASON_TLS_REQUIRED.to_string();
+    status(Code::FailedPrecondition, i)
+}
+
 /// A write whose session sequence is below this node's window for its client id
 /// (`CommandResult::StaleSequence`): `UNKNOWN` with KIND_AMBIGUOUS and the reason
 /// [`ftkv_proto::status_details::REASON_STALE_SEQUENCE`], what clients match on.

@@ -5,7 +5,8 @@
 //! This is the only layer that formats gRPC statuses ([`errors`]). Every listener accepts
 //! through [`conn`] (a connection cap per port, handshake and idle timeouts, accept that
 //! survives descriptor exhaustion); both gRPC servers send HTTP/2 keepalive pings, so half-open
-//! connections are closed after `keepalive_timeout`.
+//! connections are closed after `keepalive_timeout`. With TLS on a port, the handshake runs
+//! inside that accept path ([`crate::tls::accept`]), under the same handshake timeout.
 
 pub mod batch;
 pub mod cluster_svc;
@@ -74,6 +75,7 @@ pub async fn serve_client(
     limits: Limits,
     options: ConnectionOptions,
     readiness: std::sync::Arc<readiness::Readiness>,
+    tls: Option<crate::tls::accept::AcceptOptions>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -109,19 +111,30 @@ pub async fn serve_client(
         ftkv_proto::v1::cluster_server::ClusterServer::new(cluster_svc::ClusterService::new(cluster))
             .max_decoding_message_size(CLIENT_MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_RESPONSE_MESSAGE_BYTES);
-    builder(&options)
+    let router = builder(&options)
         .layer(grpc_metrics::GrpcMetricsLayer)
         .layer(tower::util::MapResponseLayer::new(size_limit_details))
         .add_service(health_service)
         .add_service(reflection)
         .add_service(kv)
         .add_service(cluster_svc)
-        .add_service(maintenance)
-        .serve_with_incoming_shutdown(
-            conn::incoming(conn::accept_loop(listener, options.limits, "client")),
-            shutdown,
-        )
-        .await?;
+        .add_service(maintenance);
+    let accepted = conn::accept_loop(listener, options.limits, "client");
+    match tls {
+        Some(tls) => {
+            router
+                .serve_with_incoming_shutdown(
+                    crate::tls::accept::incoming(crate::tls::accept::tls_accept(accepted, tls)),
+                    shutdown,
+                )
+                .await?
+        }
+        None => {
+            router
+                .serve_with_incoming_shutdown(conn::incoming(accepted), shutdown)
+                .await?
+        }
+    }
     drop(health_stop);
     Ok(())
 }
@@ -157,15 +170,26 @@ pub async fn serve_peer(
     listener: TcpListener,
     cluster: ClusterNode,
     options: ConnectionOptions,
+    tls: Option<crate::tls::accept::AcceptOptions>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    builder(&options)
-        .add_service(cluster.peer_service())
-        .serve_with_incoming_shutdown(
-            conn::incoming(conn::accept_loop(listener, options.limits, "peer")),
-            shutdown,
-        )
-        .await?;
+    let router = builder(&options).add_service(cluster.peer_service());
+    let accepted = conn::accept_loop(listener, options.limits, "peer");
+    match tls {
+        Some(tls) => {
+            router
+                .serve_with_incoming_shutdown(
+                    crate::tls::accept::incoming(crate::tls::accept::tls_accept(accepted, tls)),
+                    shutdown,
+                )
+                .await?
+        }
+        None => {
+            router
+                .serve_with_incoming_shutdown(conn::incoming(accepted), shutdown)
+                .await?
+        }
+    }
     Ok(())
 }
 

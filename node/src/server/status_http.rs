@@ -22,14 +22,18 @@ struct AppState {
 }
 
 /// Serves until `shutdown` resolves.
-pub async fn serve(
-    listener: super::conn::GuardedListener,
+pub async fn serve<L>(
+    listener: L,
     cluster: ClusterNode,
     metrics: PrometheusHandle,
     telemetry: Telemetry,
     readiness: std::sync::Arc<Readiness>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
     let app = Router::new()
         .route("/metrics", get(render_metrics))
         .route("/livez", get(|| async { "ok\n" }))

@@ -143,6 +143,7 @@ fn config(id: u64, dir: &Path, peer: &str, snapshot_every_entries: u64) -> Clust
             check_interval_ms: 1_000,
             ..Default::default()
         },
+        peer_tls: None,
     }
 }
 
