@@ -49,6 +49,19 @@ pub enum EngineError {
         #[source]
         source: std::io::Error,
     },
+    /// Writing a block met a full disk or quota (`ENOSPC`, `EDQUOT`). Not a storage fault: the
+    /// file still holds the last durable checkpoint and the engine keeps the nodes it could not
+    /// write in memory (dirty). A [`Engine::checkpoint`] that returns it changed nothing and
+    /// may be retried once space is freed; reads and writes go on meanwhile (writes in memory,
+    /// beyond the cache budget if need be). A failed fsync is `Io`, whatever its errno.
+    #[error("engine out of disk space during {context}: {source}")]
+    NoSpace {
+        /// What the engine was writing, naming the file.
+        context: String,
+        /// The underlying error (`StorageFull` or `QuotaExceeded`).
+        #[source]
+        source: std::io::Error,
+    },
     /// A block failed its checksum, or a structure failed an invariant. Names the block.
     #[error("corruption in {location}: {detail}")]
     Corruption {
@@ -74,6 +87,21 @@ pub enum EngineError {
     /// Error from the sled comparison engine.
     #[error("sled: {0}")]
     Sled(String),
+}
+
+impl EngineError {
+    /// Whether this is [`EngineError::NoSpace`]: retryable once space is freed, not a fault.
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, EngineError::NoSpace { .. })
+    }
+}
+
+/// Whether an I/O error says the disk or the quota is full (`ENOSPC`, `EDQUOT`).
+pub fn is_no_space_io(err: &std::io::Error) -> bool {
+    matches!(
+        err.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
 }
 
 /// Result alias for engine calls.
@@ -176,6 +204,13 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Bytes the engine occupies on disk (0 for in-memory engines).
     fn size_on_disk_bytes(&self) -> Result<u64>;
+
+    /// The full-disk error (`ENOSPC`, `EDQUOT`) the engine's last block write met, while it
+    /// keeps unwritten nodes in memory and retries (`None` once a write succeeds again, and
+    /// for engines that never hold writes back). A node raises its NOSPACE alarm on it.
+    fn space_error(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Opens the engine `kind` in `opts.dir` on the real file system (the node's `engine.kind`):

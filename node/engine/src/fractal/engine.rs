@@ -297,6 +297,7 @@ impl Engine for FractalEngine {
                 let mut inner = self.inner.write();
                 match inner.tree.store.finish_checkpoint(done) {
                     Ok(stats) => {
+                        inner.tree.store.space_regained();
                         *self.last_checkpoint.lock() = Some(stats);
                         Ok(())
                     }
@@ -309,7 +310,13 @@ impl Engine for FractalEngine {
             Err(e) => {
                 let mut inner = self.inner.write();
                 inner.tree.store.abort_checkpoint();
-                inner.poisoned = true;
+                if e.is_no_space() {
+                    // Nothing durable changed and the dirty nodes are still dirty: the caller
+                    // retries once space is freed; reads and writes go on meanwhile.
+                    inner.tree.store.hold_dirty(&e);
+                } else {
+                    inner.poisoned = true;
+                }
                 Err(e)
             }
         }
@@ -338,5 +345,9 @@ impl Engine for FractalEngine {
 
     fn size_on_disk_bytes(&self) -> Result<u64> {
         self.inner.read().tree.store.file_len()
+    }
+
+    fn space_error(&self) -> Option<String> {
+        self.inner.read().tree.store.space_error()
     }
 }

@@ -142,23 +142,35 @@ impl Inner {
             match r {
                 Ok(done) => {
                     let root = self.tree.root;
+                    if done.stats.nodes_written + done.stats.runs_written > 0 {
+                        self.tree.store.space_regained();
+                    }
                     let stats = self.tree.store.finish_writeback(done, root);
                     wb.count(stats);
                 }
+                // A full disk: the job's nodes stay dirty and cached, its runs pending; the
+                // next job starts once writes are tried again (module `store::no_space`).
+                Err(e) if e.is_no_space() => self.tree.store.writeback_failed(&e),
                 Err(e) => {
                     self.poisoned = true;
                     return Err(e);
                 }
             }
         }
-        if !wb.running() {
+        if !wb.running() && !self.tree.store.holding_dirty() {
             let root = self.tree.root;
+            // After a full disk, writes are tried again with whatever is idle and dirty (the
+            // first block written clears the hold); with nothing to write, nothing is held.
+            let retrying = self.tree.store.space_hold.is_some();
+            let limit = if retrying { 0 } else { limit };
             // Pending runs go first in any job.
             if let Some(job) = self.tree.store.begin_writeback(limit, root) {
                 if let Err(e) = wb.submit(job) {
                     self.poisoned = true;
                     return Err(e);
                 }
+            } else if retrying && !runs_only {
+                self.tree.store.space_regained();
             }
         }
         Ok(())

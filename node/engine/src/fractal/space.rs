@@ -140,8 +140,9 @@ impl Space {
         }
     }
 
-    /// The checkpoint in progress failed: it claims nothing any more (the blocks it allocated
-    /// stay allocated: the engine is poisoned and the next open rebuilds the space).
+    /// The checkpoint in progress failed: it claims nothing any more (after a full disk the
+    /// blocks it wrote were given back with [`Space::unalloc`]; after a fault they stay
+    /// allocated: the engine is poisoned and the next open rebuilds the space).
     pub(crate) fn abort(&mut self) {
         self.in_progress.clear();
     }

@@ -130,11 +130,12 @@ impl Store {
         };
         if let Err(source) = self.file.write_all_at(&enc, offset) {
             self.space.lock().unalloc(offset, loc.alloc_bytes());
-            return Err(EngineError::Io {
-                context: format!("write node {id} @ {offset}"),
+            return Err(block_write_error(
+                format!("write node {id} @ {offset} of {}", self.path.display()),
                 source,
-            });
+            ));
         }
+        self.space_regained();
         let sk = if enc.starts_with(NODE_MAGIC) {
             leaf_skeleton(&enc, id)
         } else {
@@ -218,13 +219,12 @@ pub(crate) fn write_fresh_block(
         BlockClaim::Checkpoint => space.lock().alloc_for_checkpoint(len),
     };
     if let Err(source) = file.write_all_at(enc, offset) {
-        if claim == BlockClaim::Writeback {
-            space.lock().unalloc(offset, len);
-        }
-        return Err(EngineError::Io {
-            context: format!("write {} @ {offset} of {}", what(), path.display()),
+        // Nothing refers to the block (a checkpoint's claim on it goes too).
+        space.lock().unalloc(offset, len);
+        return Err(block_write_error(
+            format!("write {} @ {offset} of {}", what(), path.display()),
             source,
-        });
+        ));
     }
     Ok(BlockLoc {
         offset,

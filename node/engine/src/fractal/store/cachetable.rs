@@ -70,6 +70,7 @@ impl Store {
             runs_not_handed_over: 0,
             write_soon: Vec::new(),
             evicting_bytes: 0,
+            space_hold: None,
         }
     }
 
@@ -396,6 +397,13 @@ impl Store {
         // beyond that.
         let mut dirty_skips = 0usize;
         let ring_len_at_start = self.ring.len();
+        // A full disk: dirty nodes stay cached (the cache outgrows its budget) until writes are
+        // tried again (module `no_space`).
+        let mut hold = self.holding_dirty();
+        if hold && self.cached_bytes.saturating_sub(self.dirty_bytes) == 0 {
+            // Nothing clean to evict: no walk of the ring on every message meanwhile.
+            return Ok(());
+        }
         while self.cached_bytes - self.evicting_bytes > budget
             && self.cache.len() > 1
             && !self.ring.is_empty()
@@ -424,6 +432,10 @@ impl Store {
                 continue;
             }
             if e.dirty {
+                if hold {
+                    self.hand += 1;
+                    continue;
+                }
                 if dirty_skips < ring_len_at_start {
                     dirty_skips += 1;
                     self.hand += 1;
@@ -449,7 +461,16 @@ impl Store {
                 }
                 self.eviction_stats.inline_bytes += e.bytes as u64;
                 let enc = encode_node(id, &e.node, self.compression_level)?;
-                self.write_encoded(id, enc)?;
+                match self.write_encoded(id, enc) {
+                    Ok(()) => {}
+                    Err(err) if err.is_no_space() => {
+                        self.hold_dirty(&err);
+                        hold = true;
+                        self.hand += 1;
+                        continue;
+                    }
+                    Err(err) => return Err(err),
+                }
             } else {
                 self.eviction_stats.clean += 1;
             }
@@ -499,11 +520,23 @@ impl Store {
     }
 
     /// Writes node `id` if it is cached and dirty (copy-on-write), then drops it from the cache.
+    /// On a full disk, or while the store holds dirty data, a dirty node stays cached.
     pub(crate) fn write_and_evict(&mut self, id: NodeId) -> Result<()> {
+        let hold = self.holding_dirty();
         if let Some(e) = self.cache.get(&id) {
             if e.dirty {
+                if hold {
+                    return Ok(());
+                }
                 let enc = encode_node(id, &e.node, self.compression_level)?;
-                self.write_encoded(id, enc)?;
+                match self.write_encoded(id, enc) {
+                    Ok(()) => {}
+                    Err(err) if err.is_no_space() => {
+                        self.hold_dirty(&err);
+                        return Ok(());
+                    }
+                    Err(err) => return Err(err),
+                }
             }
             self.remove_entry(id);
             // The CLOCK ring drops ids without a cache entry when its hand reaches them.
@@ -543,7 +576,7 @@ impl Store {
     /// undone by the next flush. `pinned` (the root) is never written here.
     pub(crate) fn write_some_dirty(&mut self, limit_bytes: usize, pinned: NodeId) -> Result<()> {
         self.write_epoch += 1;
-        if self.dirty_bytes <= limit_bytes {
+        if self.dirty_bytes <= limit_bytes || self.holding_dirty() {
             return Ok(());
         }
         let idle_before = self.write_epoch.saturating_sub(IDLE_EPOCHS);
@@ -566,8 +599,14 @@ impl Store {
             }
             let Some(e) = self.cache.get(&id) else { continue };
             let enc = encode_node(id, &e.node, self.compression_level)?;
-            self.write_encoded(id, enc)?;
-            self.mark_clean(id);
+            match self.write_encoded(id, enc) {
+                Ok(()) => self.mark_clean(id),
+                Err(err) if err.is_no_space() => {
+                    self.hold_dirty(&err);
+                    break;
+                }
+                Err(err) => return Err(err),
+            }
         }
         Ok(())
     }

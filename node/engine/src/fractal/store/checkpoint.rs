@@ -55,9 +55,29 @@ impl CheckpointJob {
     /// writes the alternate header and syncs again: the checkpoint is durable when this
     /// returns. Takes only the space mutex (per allocation), never the engine lock.
     ///
-    /// Errors: `Io` for a failed write or sync (the engine must then stop writing: the caller
-    /// poisons it); `InvalidArgument` for a node or BTT above 4 GiB encoded.
-    pub(crate) fn run(mut self) -> Result<CheckpointDone> {
+    /// Errors: `NoSpace` when writing a block met a full disk: nothing durable changed, the
+    /// blocks written are free again, and the checkpoint may be retried once space is freed;
+    /// `Io` for any other failed write, for the header write and for a failed sync (the engine
+    /// must then stop writing: the caller poisons it); `InvalidArgument` for a node or BTT above
+    /// 4 GiB encoded.
+    pub(crate) fn run(self) -> Result<CheckpointDone> {
+        let space = Arc::clone(&self.space);
+        let mut wrote = Vec::new();
+        let r = self.run_writing(&mut wrote);
+        if let Err(e) = &r {
+            if e.is_no_space() {
+                let mut space = space.lock();
+                for loc in wrote {
+                    space.unalloc(loc.offset, loc.alloc_bytes());
+                }
+            }
+        }
+        r
+    }
+
+    /// The body of [`CheckpointJob::run`]; the blocks written before the header are pushed to
+    /// `wrote`.
+    fn run_writing(mut self, wrote: &mut Vec<BlockLoc>) -> Result<CheckpointDone> {
         let started = Instant::now();
         let mut stats = CheckpointStats {
             counter: self.counter,
@@ -69,6 +89,7 @@ impl CheckpointJob {
         for (id, msgs) in std::mem::take(&mut self.runs) {
             let enc = encode_run(id, &msgs, self.compression_level)?;
             let loc = self.write_block(&enc, || format!("checkpoint run {id}"))?;
+            wrote.push(loc);
             stats.bytes_written += enc.len() as u64;
             recycle_block_buf(enc);
             written_runs.push((id, loc));
@@ -111,8 +132,24 @@ impl CheckpointJob {
                     .collect()
             })
         };
+        // The blocks of every lane that finished, before an error of another is returned.
+        let mut first_error = None;
+        let mut finished = Vec::with_capacity(results.len());
         for r in results {
-            let (lane_written, bytes) = r?;
+            match r {
+                Ok(lane) => {
+                    wrote.extend(lane.0.iter().map(|w| w.loc));
+                    finished.push(lane);
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        for (lane_written, bytes) in finished {
             stats.nodes_written += lane_written.len() as u64;
             stats.bytes_written += bytes;
             entries.extend(lane_written.iter().map(|w| (w.id, w.loc)));
@@ -129,6 +166,7 @@ impl CheckpointJob {
         };
         let enc = encode_btt(&img);
         let btt_loc = self.write_block(&enc, || "BTT".to_string())?;
+        wrote.push(btt_loc);
         stats.bytes_written += enc.len() as u64;
         self.file
             .sync_data()
@@ -155,8 +193,22 @@ impl CheckpointJob {
 
     /// Encodes and writes `nodes` (one lane of [`CheckpointJob::run`]); returns what it wrote
     /// and the bytes.
+    /// On an error the blocks the lane wrote are free again.
     pub(crate) fn write_lane(&self, nodes: Vec<PendingNode>) -> Result<(Vec<WrittenNode>, u64)> {
         let mut written = Vec::with_capacity(nodes.len());
+        let r = self.write_lane_into(nodes, &mut written);
+        if r.is_err() {
+            let mut space = self.space.lock();
+            for w in &written {
+                space.unalloc(w.loc.offset, w.loc.alloc_bytes());
+            }
+        }
+        r.map(|bytes| (written, bytes))
+    }
+
+    /// The body of [`CheckpointJob::write_lane`]: pushes each node written to `written` and
+    /// returns the bytes.
+    fn write_lane_into(&self, nodes: Vec<PendingNode>, written: &mut Vec<WrittenNode>) -> Result<u64> {
         let mut bytes = 0u64;
         for n in nodes {
             let enc = encode_node(n.id, &n.node, self.compression_level)?;
@@ -174,7 +226,7 @@ impl CheckpointJob {
                 skeleton: None,
             });
         }
-        Ok((written, bytes))
+        Ok(bytes)
     }
 
     /// Writes `enc` to a block the checkpoint in progress claims.
@@ -286,8 +338,9 @@ impl Store {
         Ok(stats)
     }
 
-    /// Forgets a checkpoint whose [`CheckpointJob::run`] failed (the engine is poisoned; the
-    /// file still holds the previous checkpoint).
+    /// Forgets a checkpoint whose [`CheckpointJob::run`] failed (the file still holds the
+    /// previous checkpoint; after a full disk the dirty nodes are still dirty, and the
+    /// checkpoint may be taken again).
     pub(crate) fn abort_checkpoint(&mut self) {
         self.checkpoint_running = false;
         self.space.lock().abort();

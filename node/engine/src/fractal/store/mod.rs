@@ -120,11 +120,14 @@ pub(crate) struct Store {
     /// Bytes of cached entries marked `evicting` (dirty victims the writeback thread writes
     /// before they are dropped); within the background share, beside `reserved_bytes`.
     pub(crate) evicting_bytes: usize,
+    /// Set while a full disk keeps dirty data in memory (module `no_space`).
+    pub(crate) space_hold: Option<SpaceHold>,
 }
 
 mod block_io;
 mod cachetable;
 pub(crate) mod checkpoint;
+mod no_space;
 mod partial_cache;
 mod partial_internal;
 mod partial_leaf;
@@ -136,6 +139,7 @@ mod writeback_job;
 
 pub(crate) use self::block_io::*;
 pub(crate) use self::checkpoint::*;
+pub(crate) use self::no_space::*;
 pub(crate) use self::partial_cache::*;
 pub(crate) use self::partial_leaf::*;
 pub(crate) use self::runs::*;

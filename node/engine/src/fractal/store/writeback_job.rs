@@ -161,15 +161,32 @@ impl WritebackJob {
     /// durable refers to these blocks until a checkpoint does, so no sync). Takes only the space
     /// mutex (per allocation), never the engine lock.
     ///
-    /// Errors: `Io` for a failed write (the caller poisons the engine); `InvalidArgument` for a
-    /// node above 4 GiB encoded. Blocks written before the error stay allocated until reopen.
-    pub(crate) fn run(mut self) -> Result<WritebackDone> {
+    /// Errors: `NoSpace` for a full disk (the caller keeps the nodes dirty and retries later),
+    /// `Io` for any other failed write (the caller poisons the engine); `InvalidArgument` for a
+    /// node above 4 GiB encoded. On an error the blocks the job wrote are free again (nothing
+    /// refers to them).
+    pub(crate) fn run(self) -> Result<WritebackDone> {
+        let space = Arc::clone(&self.space);
+        let mut wrote = Vec::new();
+        let r = self.run_writing(&mut wrote);
+        if r.is_err() {
+            let mut space = space.lock();
+            for loc in wrote {
+                space.unalloc(loc.offset, loc.alloc_bytes());
+            }
+        }
+        r
+    }
+
+    /// The body of [`WritebackJob::run`]; every block written is pushed to `wrote`.
+    fn run_writing(mut self, wrote: &mut Vec<BlockLoc>) -> Result<WritebackDone> {
         let started = Instant::now();
         let mut stats = WritebackStats::default();
         let mut written_runs = Vec::with_capacity(self.runs.len());
         for (id, msgs) in std::mem::take(&mut self.runs) {
             let enc = encode_run(id, &msgs, self.compression_level)?;
             let loc = self.write_block(&enc, || format!("run {id}"))?;
+            wrote.push(loc);
             stats.runs_written += 1;
             stats.bytes_written += enc.len() as u64;
             recycle_block_buf(enc);
@@ -179,6 +196,7 @@ impl WritebackJob {
         for n in std::mem::take(&mut self.nodes) {
             let enc = encode_node(n.id, &n.node, self.compression_level)?;
             let loc = self.write_block(&enc, || format!("node {}", n.id))?;
+            wrote.push(loc);
             let enc_len = enc.len() as u64;
             // A skeleton serves once the leaf leaves the cache: kept for leaves evicted after.
             let skeleton = (n.evict_after && n.node.height() == 0)

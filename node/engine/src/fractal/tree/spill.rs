@@ -96,7 +96,12 @@ impl Tree {
         // meanwhile); otherwise the writer does.
         if let Some(msgs) = self.store.try_defer_run(id, msgs, bytes as usize) {
             let enc = encode_run(id, &msgs, self.store.compression_level())?;
-            self.store.write_run(id, enc)?;
+            match self.store.write_run(id, enc) {
+                Ok(()) => {}
+                // A full disk: the run stays in memory, pending, until a write succeeds.
+                Err(e) if e.is_no_space() => self.store.keep_run_pending(id, msgs, bytes as usize, &e),
+                Err(e) => return Err(e),
+            }
         }
         Ok(run)
     }
