@@ -10,7 +10,11 @@
 //! certainly not applied). Reads are never refused.
 //!
 //! The alarm is sticky, as etcd's: deleting data does not clear it; `ftkvctl alarm disarm` does
-//! ([`SpaceMonitor::disarm`]), and only once the cause is gone (it measures again first).
+//! ([`SpaceMonitor::disarm`]), and only once the cause is gone (it measures again first). The
+//! one exception is the alarm a real `ENOSPC` raised (limit `disk`: the log creating a segment,
+//! the engine writing blocks, a snapshot build; the node retries each by itself): it clears by
+//! itself at the first check that finds each of them done and no limit crossed, so a node whose
+//! disk filled up accepts writes again once space is freed, without a restart or an operator.
 //!
 //! The alarm is this node's own, not replicated through Raft (etcd replicates its alarms): a
 //! follower whose disk fills keeps accepting replicated entries until its log cannot create a
@@ -32,6 +36,9 @@ pub const NOSPACE: &str = "NOSPACE";
 
 /// The reason in `ErrorInfo.reason` of a refused write.
 pub const NO_SPACE_REASON: &str = "NO_SPACE";
+
+/// `Alarm::limit` of an alarm raised by a real `ENOSPC` (cleared by itself, see the module docs).
+pub const DISK_LIMIT: &str = "disk";
 
 /// `[space]` settings the monitor needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -67,6 +74,17 @@ pub struct Alarm {
     pub metadata: BTreeMap<String, String>,
     /// When it was raised, seconds since the Unix epoch.
     pub raised_at_unix_s: u64,
+}
+
+impl Alarm {
+    /// Until when writes are refused, for messages.
+    pub fn until(&self) -> &'static str {
+        if self.limit == DISK_LIMIT {
+            "until the disk has room again (cleared by itself) or `ftkvctl alarm disarm`"
+        } else {
+            "until `ftkvctl alarm disarm`"
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -185,7 +203,7 @@ impl SpaceMonitor {
         let r = self.options.disk_reserve_bytes;
         let (limit, message) = if let Some(err) = log_space_error {
             metadata.insert("error".into(), err.to_string());
-            ("disk", format!("the disk of data dir {dir} is full: {err}"))
+            (DISK_LIMIT, format!("the disk of data dir {dir} is full: {err}"))
         } else if q > 0 && usage.data_dir_bytes >= q {
             metadata.insert("quota_bytes".into(), q.to_string());
             (
@@ -223,9 +241,10 @@ impl SpaceMonitor {
         })
     }
 
-    /// Measures once; raises the alarm (logged as an error) when a limit is crossed or the log
-    /// reports `ENOSPC`. Returns the alarm now raised, if any. A measurement that fails is
-    /// logged and changes nothing.
+    /// Measures once; raises the alarm (logged as an error) when a limit is crossed or the log,
+    /// the engine or a snapshot build reports `ENOSPC` (`log_space_error`); clears an alarm
+    /// raised by `ENOSPC` once that error is gone and no limit is crossed. Returns the alarm
+    /// now raised, if any. A measurement that fails is logged and changes nothing.
     pub fn check(&self, log_space_error: Option<&str>) -> Option<Alarm> {
         let usage = match self.measure() {
             Ok(u) => u,
@@ -237,13 +256,25 @@ impl SpaceMonitor {
         let cause = self.cause(usage, log_space_error);
         let mut st = self.state.lock();
         st.usage = usage;
+        let disk_alarm = st.alarm.as_ref().is_some_and(|a| a.limit == DISK_LIMIT);
+        if disk_alarm && cause.is_none() {
+            tracing::warn!(
+                alarm = NOSPACE,
+                node_id = self.node_id,
+                data_dir = %self.data_dir.display(),
+                "the disk has room again and every write that met ENOSPC went through: alarm cleared; writes are accepted again"
+            );
+            st.alarm = None;
+            return None;
+        }
         if st.alarm.is_none() {
             if let Some(alarm) = cause {
                 tracing::error!(
                     alarm = NOSPACE,
                     limit = alarm.limit,
-                    "{}; writes other than deletes are refused until `ftkvctl alarm disarm`",
-                    alarm.message
+                    "{}; writes other than deletes are refused {}",
+                    alarm.message,
+                    alarm.until()
                 );
                 st.alarm = Some(alarm);
             }
@@ -339,6 +370,40 @@ mod tests {
         assert_eq!(alarm.limit, "disk");
         assert!(m.disarm(Some("No space left on device")).is_err());
         m.disarm(None).unwrap();
+    }
+
+    #[test]
+    fn an_alarm_raised_by_enospc_clears_itself_once_the_error_is_gone_and_a_quota_alarm_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = SpaceMonitor::new(
+            3,
+            dir.path(),
+            SpaceOptions {
+                quota_bytes: 1 << 20,
+                disk_reserve_bytes: 0,
+                check_interval_ms: 1000,
+            },
+        );
+        let full = "engine out of disk space during write node 7 @ 4096 of /data/engine/tree.ftkv";
+        let alarm = m.check(Some(full)).unwrap();
+        assert_eq!(alarm.limit, DISK_LIMIT);
+        assert!(alarm.message.contains(full), "{}", alarm.message);
+        assert_eq!(alarm.metadata["data_dir"], dir.path().display().to_string());
+        // Kept while the error lasts, cleared at the first check without it.
+        assert!(m.check(Some(full)).is_some());
+        assert_eq!(m.check(None), None);
+        assert_eq!(m.alarm(), None);
+        // An ENOSPC while over the quota: the error going does not clear it.
+        write(dir.path(), "big", 2 << 20);
+        assert!(m.check(Some(full)).is_some());
+        assert!(m.check(None).is_some(), "still over the quota");
+        std::fs::remove_file(dir.path().join("big")).unwrap();
+        assert_eq!(m.check(None), None, "disk alarm, error gone, under the quota");
+        // A quota alarm stays until disarmed.
+        write(dir.path(), "big", 2 << 20);
+        assert_eq!(m.check(None).unwrap().limit, "space.quota_bytes");
+        std::fs::remove_file(dir.path().join("big")).unwrap();
+        assert!(m.check(None).is_some(), "sticky");
     }
 
     #[test]

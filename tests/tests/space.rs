@@ -32,9 +32,15 @@ fn key(i: u64) -> String {
 
 /// A cluster whose every node reads `config` (TOML) from a file in a fresh folder.
 async fn cluster_with(config: &str, folder: &Path) -> Cluster {
+    cluster_of(3, config, folder).await
+}
+
+/// [`cluster_with`] of `nodes` nodes.
+async fn cluster_of(nodes: usize, config: &str, folder: &Path) -> Cluster {
     let path = folder.join("ftkv.toml");
     std::fs::write(&path, config).unwrap();
     Cluster::start(ClusterOptions {
+        nodes,
         extra_args: vec!["--config".into(), path.display().to_string()],
         ..Default::default()
     })
@@ -301,7 +307,7 @@ check_interval_ms = 100
     cluster.restart(small).unwrap();
     cluster.wait_all_caught_up().await.unwrap();
 
-    // Write until the tmpfs node is full (alarm "disk" or exited) or a write fails.
+    // Write until the tmpfs node is full (alarm "disk") or writes fail.
     let mut acked: Vec<u64> = Vec::new();
     let mut full_since: Option<usize> = None;
     let mut failures = 0;
@@ -332,6 +338,12 @@ check_interval_ms = 100
         }
     }
     assert!(full_since.is_some(), "node {small} never filled its 16 MiB tmpfs");
+    // A full disk is not a storage fault: the node waits for space, it does not exit.
+    assert!(
+        cluster.is_running(small),
+        "node {small} exited on a full disk:\n{}",
+        cluster.log_tail(small, 40)
+    );
     let log = cluster.node_log(small);
     assert!(
         log.contains("No space left on device") || log.contains("NOSPACE"),
@@ -380,6 +392,152 @@ check_interval_ms = 100
     for id in cluster.ids() {
         cluster.stop(id).await.ok();
     }
+    drop(tmpfs);
+}
+
+/// Moves node `id`'s data dir onto a fresh tmpfs of `size` (stopped, copied, restarted).
+async fn move_onto_tmpfs(cluster: &Cluster, id: u64, size: &str, folder: &Path) -> Tmpfs {
+    cluster.stop(id).await.unwrap();
+    let data_dir = cluster.data_dir(id).unwrap();
+    let aside = folder.join(format!("aside-{id}"));
+    copy_dir(&data_dir, &aside);
+    std::fs::remove_dir_all(&data_dir).unwrap();
+    std::fs::create_dir_all(&data_dir).unwrap();
+    let tmpfs = Tmpfs::mount(&data_dir, size);
+    copy_dir(&aside, &data_dir);
+    cluster.restart(id).unwrap();
+    tmpfs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_disk_fills_serves_reads_refuses_writes_with_no_space_and_resumes_once_space_is_freed() {
+    if !is_root() {
+        eprintln!("SKIPPED: mounting a tmpfs needs root (run the tests as root, as CI does)");
+        return;
+    }
+    let _serial = serial().await;
+    let folder = tempfile::tempdir().unwrap();
+    // One node (it is the leader, so it is the one refusing writes), no reserve, no quota: its
+    // log, engine and snapshot builds meet the real ENOSPC.
+    let cluster = cluster_of(
+        1,
+        r#"
+[log]
+segment_size = "1MiB"
+[raft]
+snapshot_every_entries = 40
+[space]
+disk_reserve_bytes = "0B"
+check_interval_ms = 100
+"#,
+        folder.path(),
+    )
+    .await;
+    let tmpfs = move_onto_tmpfs(&cluster, 1, "16m", folder.path()).await;
+    cluster.wait_for_leader().await.unwrap();
+    let client = cluster.client().await.unwrap();
+
+    // Write until a write is refused with NO_SPACE. Writes that time out while the log waits
+    // for space are ambiguous: they may still be applied later.
+    let mut acked: Vec<u64> = Vec::new();
+    let mut ambiguous: Vec<u64> = Vec::new();
+    let refusal = loop {
+        let i = (acked.len() + ambiguous.len()) as u64;
+        assert!(
+            i < 2_000,
+            "no write refused after {i} writes of 64 KiB on a 16 MiB disk"
+        );
+        match client.put(key(i), value(i)).await {
+            Ok(_) => acked.push(i),
+            Err(e) if e.is_ambiguous() => ambiguous.push(i),
+            Err(e) => break e,
+        }
+    };
+    match &refusal {
+        ftkv_client::Error::NoSpace {
+            limit,
+            metadata,
+            message,
+        } => {
+            assert_eq!(limit.as_deref(), Some("disk"), "{message}");
+            assert!(message.contains("No space left on device"), "{message}");
+            assert_eq!(
+                metadata["data_dir"],
+                cluster.data_dir(1).unwrap().display().to_string(),
+                "{metadata:?}"
+            );
+        }
+        other => panic!("expected NoSpace, got {other:?}"),
+    }
+    assert!(
+        acked.len() > 10,
+        "only {} writes before the disk was full",
+        acked.len()
+    );
+    assert!(
+        cluster.is_running(1),
+        "the node exited on a full disk:\n{}",
+        cluster.log_tail(1, 40)
+    );
+    // The exact status: RESOURCE_EXHAUSTED + ErrorInfo NO_SPACE naming the disk.
+    let mut raw = cluster.kv_raw(1).await.unwrap();
+    let status = raw
+        .put(PutRequest {
+            key: b"space/raw".to_vec(),
+            value: b"v".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    let info = ftkv_proto::status_details::decode(status.details()).unwrap();
+    assert_eq!(info.kind(), Kind::NoSpace);
+    assert_eq!(info.reason, "NO_SPACE");
+    assert_eq!(info.limit, "disk");
+    assert!(info.metadata.contains_key("data_dir"), "{:?}", info.metadata);
+
+    // Reads are served while the disk is full (serializable, from the node itself: on a lone
+    // node whose log waits for disk space, linearizable reads wait for space too).
+    let local = cluster.scan_node(1, b"space/", b"space0", true).await.unwrap();
+    for &i in &acked {
+        assert_eq!(local.get(key(i).as_bytes()), Some(&value(i)), "key {i}");
+    }
+
+    // Space is freed: writes resume by themselves, without a restart or `alarm disarm`.
+    tmpfs.resize("512m");
+    let starts = cluster.starts(1);
+    wait_for(
+        "a write to succeed after space is freed",
+        Duration::from_secs(60),
+        || {
+            let c = client.clone();
+            async move { c.put("space/after", "v").await.is_ok() }
+        },
+    )
+    .await;
+    assert_eq!(cluster.starts(1), starts, "the node was restarted");
+    assert!(cluster.is_running(1));
+    assert_eq!(client.get("space/after").await.unwrap(), Some(b"v".to_vec()));
+    for &i in &acked {
+        assert_eq!(client.get(key(i)).await.unwrap(), Some(value(i)), "key {i} after");
+    }
+    for &i in &ambiguous {
+        let got = client.get(key(i)).await.unwrap();
+        assert!(got.is_none() || got == Some(value(i)), "ambiguous key {i}");
+    }
+    // And everything acknowledged survives a restart.
+    cluster.stop(1).await.unwrap();
+    cluster.restart(1).unwrap();
+    cluster.wait_for_leader().await.unwrap();
+    for &i in &acked {
+        assert_eq!(
+            client.get(key(i)).await.unwrap(),
+            Some(value(i)),
+            "key {i} after restart"
+        );
+    }
+    cluster.check_no_panics().unwrap();
+    cluster.stop(1).await.ok();
     drop(tmpfs);
 }
 

@@ -188,7 +188,7 @@ pub enum ClusterError {
     #[error("{0}")]
     Invalid(String),
     /// Refused before proposing: this node's NOSPACE alarm is raised. Not applied.
-    #[error("{}; writes other than deletes are refused (reads go on) until `ftkvctl alarm disarm`", .0.message)]
+    #[error("{}; writes other than deletes are refused (reads go on) {}", .0.message, .0.until())]
     NoSpace(Box<crate::space::Alarm>),
 }
 
@@ -202,11 +202,22 @@ async fn watch_space(inner: std::sync::Weak<Inner>) {
         }
         let period = std::time::Duration::from_millis(node.config.space.check_interval_ms.max(10));
         let _ = tokio::task::spawn_blocking(move || {
-            let log_error = node.log_store.log().space_error();
-            node.space.check(log_error.as_deref());
+            let disk_error = node.disk_space_error();
+            node.space.check(disk_error.as_deref());
         })
         .await;
         tokio::time::sleep(period).await;
+    }
+}
+
+impl Inner {
+    /// A real `ENOSPC` met by the log (creating a segment), the engine (writing blocks) or a
+    /// snapshot build, while it waits for space (see `crate::space`).
+    fn disk_space_error(&self) -> Option<String> {
+        self.log_store
+            .log()
+            .space_error()
+            .or_else(|| self.state_machine.space_error())
     }
 }
 
@@ -557,8 +568,8 @@ impl ClusterNode {
     pub async fn disarm_alarm(&self) -> Result<(), ClusterError> {
         let inner = Arc::clone(&self.inner);
         tokio::task::spawn_blocking(move || {
-            let log_error = inner.log_store.log().space_error();
-            inner.space.disarm(log_error.as_deref())
+            let disk_error = inner.disk_space_error();
+            inner.space.disarm(disk_error.as_deref())
         })
         .await
         .map_err(|e| ClusterError::Unavailable(format!("space check task: {e}")))?

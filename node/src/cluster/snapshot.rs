@@ -77,6 +77,16 @@ pub enum SnapshotError {
         /// What did not match.
         detail: String,
     },
+    /// Writing the file met a full disk or quota (`ENOSPC`, `EDQUOT`): retryable once space
+    /// is freed (a failed fsync is `Io`, whatever its errno).
+    #[error("no space to write snapshot {path}: {source}")]
+    NoSpace {
+        /// File concerned.
+        path: String,
+        /// Cause.
+        #[source]
+        source: io::Error,
+    },
     /// The engine failed while being read or replaced.
     #[error("engine error during snapshot: {0}")]
     Engine(#[from] EngineError),
@@ -86,6 +96,30 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> SnapshotError + '_ {
     move |source| SnapshotError::Io {
         path: path.display().to_string(),
         source,
+    }
+}
+
+/// [`io_err`] for a write: a full disk is [`SnapshotError::NoSpace`].
+fn write_err(path: &Path) -> impl FnOnce(io::Error) -> SnapshotError + '_ {
+    move |source| {
+        let path = path.display().to_string();
+        if ftkv_engine::is_no_space_io(&source) {
+            SnapshotError::NoSpace { path, source }
+        } else {
+            SnapshotError::Io { path, source }
+        }
+    }
+}
+
+impl SnapshotError {
+    /// Whether this is a full disk ([`SnapshotError::NoSpace`], or the engine's checkpoint
+    /// meeting one): retryable, not a fault.
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            SnapshotError::NoSpace { .. } => true,
+            SnapshotError::Engine(e) => e.is_no_space(),
+            _ => false,
+        }
     }
 }
 
@@ -230,9 +264,9 @@ impl SnapshotDir {
             w.write_all(&meta_bytes)?;
             w.write_all(&xxh3_64(&meta_bytes).to_le_bytes())
         })();
-        header.map_err(io_err(&path))?;
-        let mut z = zstd::Encoder::new(w, ZSTD_LEVEL).map_err(io_err(&path))?;
-        write_frame(&mut z, TAG_META, &[], sm_meta).map_err(io_err(&path))?;
+        header.map_err(write_err(&path))?;
+        let mut z = zstd::Encoder::new(w, ZSTD_LEVEL).map_err(write_err(&path))?;
+        write_frame(&mut z, TAG_META, &[], sm_meta).map_err(write_err(&path))?;
         let mut count: u64 = 0;
         let mut start: Vec<u8> = Vec::new();
         loop {
@@ -241,7 +275,7 @@ impl SnapshotDir {
             let mut next = last_key.clone();
             next.push(0);
             for (k, v) in &page {
-                write_frame(&mut z, TAG_PAIR, k, v).map_err(io_err(&path))?;
+                write_frame(&mut z, TAG_PAIR, k, v).map_err(write_err(&path))?;
                 count += 1;
             }
             if page.len() < SCAN_PAGE_PAIRS {
@@ -249,9 +283,9 @@ impl SnapshotDir {
             }
             start = next;
         }
-        write_frame(&mut z, TAG_END, &[], &count.to_le_bytes()).map_err(io_err(&path))?;
-        let mut w = z.finish().map_err(io_err(&path))?;
-        w.flush().map_err(io_err(&path))?;
+        write_frame(&mut z, TAG_END, &[], &count.to_le_bytes()).map_err(write_err(&path))?;
+        let mut w = z.finish().map_err(write_err(&path))?;
+        w.flush().map_err(write_err(&path))?;
         file.sync_data().map_err(io_err(&path))?;
         Ok(path)
     }

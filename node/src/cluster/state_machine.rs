@@ -15,6 +15,13 @@
 //! - `build_snapshot` forces `Engine::checkpoint` and writes exactly the checkpointed state to
 //!   `snapshots/current.snap` while holding the apply lock; openraft purges the log only up to a
 //!   snapshot, so the log (the write-ahead log) is never purged past a durable checkpoint.
+//! - A full disk (`ENOSPC`, `EDQUOT`) during a build, in the engine's checkpoint or writing the
+//!   file, is not returned to openraft (which stops the Raft core on any `build_snapshot`
+//!   error, `core/raft_core.rs`, `command_result.result?`): the build removes its unfinished
+//!   file, reports the error ([`StateMachine::space_error`], which raises the NOSPACE alarm)
+//!   and tries again every [`SNAPSHOT_RETRY_MS`] until it succeeds. Meanwhile openraft starts no
+//!   other build and purges nothing, so the log keeps everything the engine has not made
+//!   durable; apply and reads go on (the engine keeps what it cannot write in memory).
 //! - `install_snapshot` verifies the received file while feeding it to `Engine::replace_all`
 //!   (the peer server has verified it whole before already).
 //! - The snapshot file is checked end to end at open and every time it is about to be sent: a
@@ -124,6 +131,43 @@ struct Shared {
     snapshot_seq: AtomicU64,
     /// What the engine holds durably (see [`Durable`]).
     durable: tokio::sync::watch::Sender<Durable>,
+    /// The full-disk error the last snapshot build met, until a build succeeds.
+    space_error: Mutex<Option<String>>,
+}
+
+/// How long a snapshot build that met a full disk waits before it tries again.
+pub const SNAPSHOT_RETRY_MS: u64 = 1_000;
+
+/// Why [`build_snapshot_blocking`] failed.
+enum BuildError {
+    /// A full disk (engine checkpoint or snapshot file): retry once space is freed.
+    NoSpace(String),
+    /// Anything else: a storage fault.
+    Storage(StorageError),
+}
+
+impl From<BuildError> for StorageError {
+    fn from(e: BuildError) -> Self {
+        match e {
+            BuildError::NoSpace(msg) => snapshot_error(msg),
+            BuildError::Storage(e) => e,
+        }
+    }
+}
+
+impl From<StorageError> for BuildError {
+    fn from(e: StorageError) -> Self {
+        BuildError::Storage(e)
+    }
+}
+
+/// A failed step of a build: a full disk is [`BuildError::NoSpace`].
+fn build_error(e: super::snapshot::SnapshotError) -> BuildError {
+    if e.is_no_space() {
+        BuildError::NoSpace(e.to_string())
+    } else {
+        BuildError::Storage(snapshot_error(e))
+    }
 }
 
 /// How far the engine's durable state reaches, watched by the log store's purge.
@@ -200,11 +244,12 @@ impl StateMachine {
                 applied_index: AtomicU64::new(applied),
                 snapshot_seq: AtomicU64::new(0),
                 durable,
+                space_error: Mutex::new(None),
             }),
         };
         if rebuild {
             // A follower that needs a snapshot must find a sound one: build it now.
-            build_snapshot_blocking(&sm.shared, sm.next_seq())?;
+            build_snapshot_blocking(&sm.shared, sm.next_seq()).map_err(StorageError::from)?;
         }
         Ok(sm)
     }
@@ -230,7 +275,20 @@ impl StateMachine {
             index,
             "the engine holds more than the log and the snapshot file: rebuilding the snapshot"
         );
-        build_snapshot_blocking(&self.shared, self.next_seq()).map(|_| ())
+        build_snapshot_blocking(&self.shared, self.next_seq())
+            .map(|_| ())
+            .map_err(StorageError::from)
+    }
+
+    /// The full-disk error that keeps the engine from writing (its dirty nodes held in memory)
+    /// or a snapshot from being built (retried every [`SNAPSHOT_RETRY_MS`]), if any: the node
+    /// raises its NOSPACE alarm on it. `None` once writes and the build succeed again.
+    pub fn space_error(&self) -> Option<String> {
+        self.shared
+            .space_error
+            .lock()
+            .clone()
+            .or_else(|| self.shared.engine.space_error())
     }
 
     /// A copy of the session table as the state machine holds it (tests).
@@ -333,9 +391,13 @@ fn apply_entries(shared: &Shared, entries: Vec<Entry>) -> Result<Vec<EntryResult
     Ok(out)
 }
 
-fn build_snapshot_blocking(shared: &Shared, seq: u64) -> Result<(SnapshotMeta, PathBuf), StorageError> {
+fn build_snapshot_blocking(shared: &Shared, seq: u64) -> Result<(SnapshotMeta, PathBuf), BuildError> {
     let mut state = shared.state.lock();
-    shared.engine.checkpoint().map_err(snapshot_error)?;
+    match shared.engine.checkpoint() {
+        Ok(()) => {}
+        Err(e) if e.is_no_space() => return Err(BuildError::NoSpace(e.to_string())),
+        Err(e) => return Err(BuildError::Storage(snapshot_error(e))),
+    }
     shared.mark_durable(&state.meta);
     let last = state.meta.last_applied;
     let snapshot_id = match last {
@@ -351,11 +413,23 @@ fn build_snapshot_blocking(shared: &Shared, seq: u64) -> Result<(SnapshotMeta, P
     // travel among the snapshot's pairs.
     let sm_meta = state.encoded_meta().map_err(snapshot_error)?;
     let tmp_name = format!("building-{seq}.tmp");
-    let tmp = shared
+    let tmp = match shared
         .snapshots
         .write_snapshot(&tmp_name, &meta, &sm_meta, shared.engine.as_ref())
-        .map_err(snapshot_error)?;
-    let path = shared.snapshots.make_current(&tmp).map_err(snapshot_error)?;
+    {
+        Ok(tmp) => tmp,
+        Err(e) => {
+            // The unfinished file goes at once: on a full disk it holds the space a retry needs.
+            let unfinished = shared.snapshots.join(&tmp_name);
+            if shared.snapshots.exists(&unfinished) {
+                if let Err(removing) = shared.snapshots.remove(&unfinished) {
+                    tracing::warn!(error = %removing, "cannot remove an unfinished snapshot file");
+                }
+            }
+            return Err(build_error(e));
+        }
+    };
+    let path = shared.snapshots.make_current(&tmp).map_err(build_error)?;
     *shared.current.lock() = Some(meta.clone());
     Ok((meta, path))
 }
@@ -408,11 +482,37 @@ fn install_snapshot_blocking(
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    /// Builds the snapshot; a full disk is retried every [`SNAPSHOT_RETRY_MS`] (module docs),
+    /// so this returns only once the build succeeded or met a storage fault.
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
-        let seq = self.next_seq();
-        let (meta, path) = self
-            .blocking(move |shared| build_snapshot_blocking(shared, seq))
-            .await?;
+        let mut failures = 0u64;
+        let (meta, path) = loop {
+            let seq = self.next_seq();
+            let built = self
+                .blocking(move |shared| Ok(build_snapshot_blocking(shared, seq)))
+                .await?;
+            match built {
+                Ok(built) => {
+                    if self.shared.space_error.lock().take().is_some() {
+                        tracing::warn!(failures, "snapshot built after the disk had room again");
+                    }
+                    break built;
+                }
+                Err(BuildError::NoSpace(error)) => {
+                    if failures == 0 {
+                        tracing::error!(
+                            %error,
+                            retry_ms = SNAPSHOT_RETRY_MS,
+                            "cannot build a snapshot: the disk is full; the log is kept (not purged) and the build is retried until space is freed"
+                        );
+                    }
+                    failures += 1;
+                    *self.shared.space_error.lock() = Some(error);
+                    tokio::time::sleep(std::time::Duration::from_millis(SNAPSHOT_RETRY_MS)).await;
+                }
+                Err(BuildError::Storage(e)) => return Err(e),
+            }
+        };
         let file = self.shared.snapshots.open_file(&path).map_err(snapshot_error)?;
         Ok(Snapshot {
             meta,
@@ -499,11 +599,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                             found = %on_disk.snapshot_id,
                             "snapshot file is not the current snapshot; rebuilding it"
                         );
-                        build_snapshot_blocking(shared, seq).map(Some)
+                        build_snapshot_blocking(shared, seq)
+                            .map(Some)
+                            .map_err(StorageError::from)
                     }
                     Err(e) => {
                         tracing::error!(error = %e, "snapshot file is damaged; rebuilding it before sending");
-                        build_snapshot_blocking(shared, seq).map(Some)
+                        build_snapshot_blocking(shared, seq)
+                            .map(Some)
+                            .map_err(StorageError::from)
                     }
                 }
             })

@@ -104,6 +104,10 @@ impl Engine for MeteredEngine {
     fn size_on_disk_bytes(&self) -> Result<u64> {
         self.inner.size_on_disk_bytes()
     }
+
+    fn space_error(&self) -> Option<String> {
+        self.inner.space_error()
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod forged_peer;
+mod no_space;
 mod session_model;
 
 use std::collections::BTreeMap;
