@@ -653,3 +653,32 @@ async fn a_request_over_the_clients_message_limit_is_refused_unsent_and_batches_
         assert_eq!(shared.lock().unwrap().kv.len(), 32);
     }
 }
+
+/// A leader that drains answers DRAINING: the client goes to another node and, while that one
+/// still names the draining node as its leader, does not send the write back there.
+#[tokio::test]
+async fn a_draining_node_is_not_asked_again_during_the_call() {
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let (la, a) = bind().await;
+    let old_leader = FakeNode::leader(&shared);
+    old_leader.draining.store(true, Ordering::SeqCst);
+    serve_on(la, old_leader.clone());
+    let follower = FakeNode::follower(2, &a, &shared);
+    follower.refusals_before_leading.store(2, Ordering::SeqCst);
+    let follower_ep = serve(follower.clone()).await;
+    let client = Client::builder()
+        .endpoints([&a, &follower_ep])
+        .retry(quick_policy(20))
+        .batch_requests(false)
+        .build()
+        .await
+        .unwrap();
+    let info = client.put("k", "v").await.unwrap();
+    assert_eq!(info.node_id, 2);
+    assert_eq!(
+        old_leader.requests.load(Ordering::SeqCst),
+        1,
+        "the draining node was asked again"
+    );
+    assert_eq!(shared.lock().unwrap().kv.get(&b"k"[..]), Some(&b"v".to_vec()));
+}

@@ -63,6 +63,8 @@ pub struct FakeNode {
     /// A follower answers NOT_LEADER to this many writes, then acts as the leader (an election
     /// it wins); `u32::MAX` = stays a follower.
     pub refusals_before_leading: Arc<AtomicU32>,
+    /// Refuse every write with UNAVAILABLE reason DRAINING (a node shutting down).
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl FakeNode {
@@ -81,6 +83,7 @@ impl FakeNode {
             batch_unimplemented: false,
             stall_ms: Arc::default(),
             refusals_before_leading: Arc::new(AtomicU32::new(u32::MAX)),
+            draining: Arc::default(),
         }
     }
 
@@ -134,6 +137,16 @@ impl FakeNode {
         apply: impl FnOnce(&mut Shared),
     ) -> Result<(), Status> {
         self.requests.fetch_add(1, Ordering::SeqCst);
+        if self.draining.load(Ordering::SeqCst) {
+            return Err(Self::error(
+                pb::error_info::Kind::Unavailable,
+                tonic::Code::Unavailable,
+                |i| {
+                    i.reason = ftkv_proto::status_details::REASON_DRAINING.into();
+                    i.message = "node 1 is draining".into();
+                },
+            ));
+        }
         if !self.leads() {
             let hint = self.follower_hint.clone().unwrap_or_default();
             return Err(Self::error(
