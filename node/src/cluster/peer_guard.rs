@@ -20,8 +20,9 @@
 //! [`MEMBERSHIP_INDEX_HEADER`] metadata, the log index of the membership the refusal was based
 //! on, so that a node that was removed can tell (see `removal`).
 //!
-//! Until peer TLS authenticates senders, this stops forged ids, not a forger who claims a real
-//! member's id: the peer port must be on a trusted network (README, "Security").
+//! Without peer TLS this stops forged ids, not a forger who claims a real member's id: the peer
+//! port must then be on a trusted network. With peer TLS on, `crate::tls::identity` also binds
+//! the claimed id to the connection's certificate (README, "Security (TLS)").
 
 use std::collections::BTreeSet;
 

@@ -2,7 +2,8 @@
 //! restarts on the same `--dir`), every port of every node on TLS with client-cert auth, peers
 //! authenticated by their certificates.
 //!
-//! Files: `ca.pem` (the CA of every port), `node-<i>.pem` / `node-<i>-key.pem` (CN and DNS SAN
+//! Files: `ca.pem` (the CA of every port) and `ca-key.pem` (its key, to issue new certificates
+//! by hand), `node-<i>.pem` / `node-<i>-key.pem` (CN and DNS SAN
 //! `ftkv-node-<i>`, SANs `localhost` and `127.0.0.1`; used on the client, peer and status
 //! ports), `client.pem` / `client-key.pem` (CN `ftkvctl`, for ftkvctl and applications).
 
@@ -47,6 +48,9 @@ impl PlaygroundTls {
         let ca = Authority::new("ftkv playground CA")?;
         std::fs::write(&this.ca, ca.cert_pem())
             .with_context(|| format!("cannot write {}", this.ca.display()))?;
+        let ca_key = this.dir.join("ca-key.pem");
+        std::fs::write(&ca_key, ca.key_pem())
+            .with_context(|| format!("cannot write {}", ca_key.display()))?;
         for i in 1..=nodes {
             let name = node_name(i);
             ca.issue(&name, &[name.clone(), "localhost".into(), "127.0.0.1".into()])?

@@ -79,6 +79,12 @@ impl Authority {
         self.cert.pem()
     }
 
+    /// The CA's private key, PEM (the playground writes it so that certificates can be rotated
+    /// by hand).
+    pub fn key_pem(&self) -> String {
+        self.key.serialize_pem()
+    }
+
     /// A certificate for servers and clients with subject CN `common_name` and the SANs
     /// `names` (an IP address becomes an IP SAN, anything else a DNS SAN).
     pub fn issue(&self, common_name: &str, names: &[String]) -> Result<Issued, CertError> {
