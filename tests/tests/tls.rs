@@ -292,6 +292,7 @@ fn huge_vote(candidate: u64) -> RaftMessage {
         payload: postcard::to_stdvec(&req).unwrap(),
         from: candidate,
         is_error: false,
+        cluster_id: 0,
     }
 }
 
@@ -316,6 +317,7 @@ fn huge_append(leader: u64) -> RaftMessage {
         payload: postcard::to_stdvec(&req).unwrap(),
         from: leader,
         is_error: false,
+        cluster_id: 0,
     }
 }
 
