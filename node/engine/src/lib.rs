@@ -196,7 +196,9 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Atomically replaces all data and the metadata with `pairs` (sorted ascending by key,
     /// no duplicates) and `meta`, durably. Used to install a Raft snapshot. On error the old
-    /// state is kept.
+    /// durable state is kept. After [`EngineError::NoSpace`] the engine stays usable and the
+    /// call is meant to be retried once space is freed (the fractal tree may meanwhile serve
+    /// the new contents from memory, when only the final checkpoint failed).
     fn replace_all(&self, pairs: &mut dyn Iterator<Item = Result<KeyValue>>, meta: &[u8]) -> Result<()>;
 
     /// Walks every structure and checks every invariant; a violation is `Corruption`.

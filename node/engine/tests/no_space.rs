@@ -156,3 +156,36 @@ fn a_failed_write_that_is_not_a_full_disk_still_poisons() {
         .unwrap_err();
     assert!(next.to_string().contains("poisoned"), "got {next}");
 }
+
+#[test]
+fn a_replace_all_on_a_full_disk_keeps_the_engine_usable_and_succeeds_once_space_is_freed() {
+    let vfs = FaultVfs::new(14);
+    let e = open(&vfs, None);
+    put(&e, 0, 2_000);
+    e.checkpoint().unwrap();
+    vfs.set_capacity(Some(vfs.used_bytes()));
+    let replacement = || (0..3_000u64).map(|i| Ok((format!("new{i:07}").into_bytes(), value(i))));
+    let err = e.replace_all(&mut replacement(), b"replaced").unwrap_err();
+    assert!(err.is_no_space(), "replace_all error: {err}");
+    // Not poisoned: the old tree is served and takes writes (in memory).
+    check_all(&e, 2_000, "after the refused replace_all");
+    put(&e, 2_000, 2_100);
+    check_all(&e, 2_100, "after writes on the full disk");
+    // Space is freed: the same replace_all goes through, and survives a crash.
+    vfs.set_capacity(None);
+    e.replace_all(&mut replacement(), b"replaced").unwrap();
+    assert_eq!(e.get(&key(0)).unwrap(), None);
+    assert_eq!(e.scan(b"", None, usize::MAX).unwrap().len(), 3_000);
+    drop(e);
+    vfs.crash(true);
+    let e = open(&vfs, None);
+    assert_eq!(e.meta().unwrap(), Some(b"replaced".to_vec()));
+    assert_eq!(e.get(&key(0)).unwrap(), None);
+    assert_eq!(
+        e.get(b"new0002999").unwrap(),
+        Some(value(2_999)),
+        "the replacement after the crash"
+    );
+    assert_eq!(e.scan(b"", None, usize::MAX).unwrap().len(), 3_000);
+    e.check_integrity().unwrap();
+}

@@ -330,8 +330,16 @@ impl Engine for FractalEngine {
         }
         match inner.tree.replace_all(pairs, meta) {
             Ok(()) => Ok(()),
-            // A bad input leaves the old tree in place; anything else poisons.
+            // A bad input leaves the old tree in place.
             Err(e @ EngineError::InvalidArgument(_)) => Err(e),
+            // A full disk changes nothing durable: met while building, the old tree is kept and
+            // the new blocks are released; met by the checkpoint after the switch, the new tree
+            // stays in memory (its blocks unreferenced by any durable checkpoint) like dirty
+            // nodes. Either way the caller retries once space is freed; anything else poisons.
+            Err(e) if e.is_no_space() => {
+                inner.tree.store.hold_dirty(&e);
+                Err(e)
+            }
             Err(e) => {
                 inner.poisoned = true;
                 Err(e)

@@ -2,6 +2,7 @@
 //! snapshot directory on one `FaultVfs` with a capacity) never reaches openraft as a
 //! `StorageError` (which stops the Raft core): it waits for space, reports the full disk for
 //! the NOSPACE alarm, and finishes by itself once space is freed, while apply and reads go on.
+//! An install that meets a full disk is waited out the same way, serving the old tree meanwhile.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -118,4 +119,69 @@ async fn a_snapshot_build_on_a_full_disk_waits_for_space_and_then_finishes() {
     assert_eq!(sm.applied_index(), 3);
     let engine = sm.engine();
     assert_eq!(engine.scan(b"k", None, usize::MAX).unwrap().len(), 2_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_install_on_a_full_disk_waits_for_space_and_then_finishes() {
+    // The leader's snapshot: keys 0..2,000 at index 2.
+    let leader_vfs = FaultVfs::new(22);
+    let mut leader = open(&leader_vfs);
+    leader.apply(vec![entry(1, 0, 1_000)]).await.unwrap();
+    leader.apply(vec![entry(2, 1_000, 2_000)]).await.unwrap();
+    let snapshot = leader
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+
+    // The follower holds other keys, and receives the file while it still has room.
+    let vfs = FaultVfs::new(23);
+    let mut follower = open(&vfs);
+    follower.apply(vec![entry(1, 5_000, 5_300)]).await.unwrap();
+    let mut received = follower.begin_receiving_snapshot().await.unwrap();
+    let mut sent = snapshot.snapshot;
+    tokio::io::copy(&mut *sent, &mut *received).await.unwrap();
+    tokio::io::AsyncWriteExt::flush(&mut *received).await.unwrap();
+
+    // The disk is full: the engine cannot write the new tree.
+    vfs.set_capacity(Some(vfs.used_bytes()));
+    let meta = snapshot.meta.clone();
+    let mut installing = follower.clone();
+    let install = tokio::spawn(async move { installing.install_snapshot(&meta, received).await });
+    tokio::time::sleep(Duration::from_millis(SNAPSHOT_RETRY_MS * 5 / 2)).await;
+    assert!(
+        !install.is_finished(),
+        "the install returned on a full disk: {:?}",
+        install.await
+    );
+    let reported = follower.space_error().expect("the full disk is reported");
+    assert!(reported.contains("No space left on device"), "{reported}");
+    // Reads go on, from the old tree.
+    let engine = follower.engine();
+    assert_eq!(engine.get(b"k005100").unwrap(), Some(vec![b'v'; 200]));
+    assert_eq!(follower.applied_index(), 1);
+
+    // Space is freed: the same install finishes by itself with the leader's contents.
+    vfs.set_capacity(None);
+    tokio::time::timeout(Duration::from_millis(SNAPSHOT_RETRY_MS * 10), install)
+        .await
+        .expect("the install finishes once space is freed")
+        .unwrap()
+        .unwrap();
+    assert_eq!(follower.space_error(), None);
+    assert_eq!(follower.applied_index(), 2);
+    assert_eq!(engine.get(b"k005100").unwrap(), None);
+    assert_eq!(engine.scan(b"k", None, usize::MAX).unwrap().len(), 2_000);
+
+    // And it is durable: reopened after a crash, the follower holds the leader's state.
+    drop(engine);
+    drop(follower);
+    vfs.crash(true);
+    let follower = open(&vfs);
+    assert_eq!(follower.applied_index(), 2);
+    assert_eq!(
+        follower.engine().scan(b"k", None, usize::MAX).unwrap().len(),
+        2_000
+    );
 }
