@@ -543,7 +543,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot.sync().map_err(snapshot_error)?;
         let received = snapshot.path.clone();
         drop(snapshot);
-        let installed = self.install_waiting_for_space(&meta, received).await;
+        let installed = self.install_waiting_for_space(meta, received).await;
         if let Err(e) = &installed {
             // Nothing will become durable any more: release a purge waiting for this install.
             self.shared
