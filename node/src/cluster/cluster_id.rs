@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tonic::Status;
 
+use super::data_dir_file;
 use super::types::NodeId;
 use super::ClusterError;
 
@@ -39,31 +40,15 @@ pub fn format_cluster_id(id: u64) -> String {
 
 /// Reads `DATA_DIR/cluster.toml` (`Ok(None)` when absent).
 pub fn read_cluster_id(data_dir: &Path) -> Result<Option<u64>, ClusterError> {
-    let path = data_dir.join(FILE_NAME);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(ClusterError::Storage(format!(
-                "cannot read {}: {e}",
-                path.display()
-            )))
-        }
+    let Some(file) = data_dir_file::read(data_dir, FILE_NAME, FORMAT_VERSION, |f: &File| f.format_version)?
+    else {
+        return Ok(None);
     };
-    let file: File = toml::from_str(&text)
-        .map_err(|e| ClusterError::Storage(format!("{} is corrupt: {e}", path.display())))?;
-    if file.format_version != FORMAT_VERSION {
-        return Err(ClusterError::Storage(format!(
-            "{} has format version {}, this build reads {FORMAT_VERSION}",
-            path.display(),
-            file.format_version
-        )));
-    }
     match u64::from_str_radix(&file.cluster_id, 16) {
         Ok(id) if id != 0 => Ok(Some(id)),
         _ => Err(ClusterError::Storage(format!(
             "{} is corrupt: cluster_id {:?} is not a non-zero hexadecimal u64",
-            path.display(),
+            data_dir.join(FILE_NAME).display(),
             file.cluster_id
         ))),
     }
@@ -71,19 +56,15 @@ pub fn read_cluster_id(data_dir: &Path) -> Result<Option<u64>, ClusterError> {
 
 /// Writes `DATA_DIR/cluster.toml` durably (temporary file fsynced, renamed, directory fsynced).
 pub fn write_cluster_id(data_dir: &Path, id: u64) -> std::io::Result<()> {
-    use std::io::Write;
-    let text = toml::to_string(&File {
-        format_version: FORMAT_VERSION,
-        cluster_id: format_cluster_id(id),
-    })
-    .map_err(|e| std::io::Error::other(e.to_string()))?;
-    let tmp = data_dir.join(format!("{FILE_NAME}.tmp"));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(b"# Written by ftkv-node: the cluster this data dir belongs to. Do not edit.\n")?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, data_dir.join(FILE_NAME))?;
-    std::fs::File::open(data_dir)?.sync_all()
+    data_dir_file::write(
+        data_dir,
+        FILE_NAME,
+        "Written by ftkv-node: the cluster this data dir belongs to. Do not edit.",
+        &File {
+            format_version: FORMAT_VERSION,
+            cluster_id: format_cluster_id(id),
+        },
+    )
 }
 
 /// A random non-zero cluster id.

@@ -11,6 +11,7 @@
 
 use std::path::Path;
 
+use super::data_dir_file;
 use super::types::Raft;
 use super::ClusterError;
 
@@ -25,43 +26,21 @@ struct Identity {
 }
 
 fn read(data_dir: &Path) -> Result<Option<Identity>, ClusterError> {
-    let path = data_dir.join(FILE_NAME);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(ClusterError::Storage(format!(
-                "cannot read {}: {e}",
-                path.display()
-            )))
-        }
-    };
-    let id: Identity = toml::from_str(&text)
-        .map_err(|e| ClusterError::Storage(format!("{} is corrupt: {e}", path.display())))?;
-    if id.format_version != FORMAT_VERSION {
-        return Err(ClusterError::Storage(format!(
-            "{} has format version {}, this build reads {FORMAT_VERSION}",
-            path.display(),
-            id.format_version
-        )));
-    }
-    Ok(Some(id))
+    data_dir_file::read(data_dir, FILE_NAME, FORMAT_VERSION, |id: &Identity| {
+        id.format_version
+    })
 }
 
 fn write(data_dir: &Path, node_id: u64) -> std::io::Result<()> {
-    use std::io::Write;
-    let text = toml::to_string(&Identity {
-        format_version: FORMAT_VERSION,
-        node_id,
-    })
-    .map_err(|e| std::io::Error::other(e.to_string()))?;
-    let tmp = data_dir.join(format!("{FILE_NAME}.tmp"));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(b"# Written by ftkv-node: this data dir belongs to this node id. Do not edit.\n")?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, data_dir.join(FILE_NAME))?;
-    std::fs::File::open(data_dir)?.sync_all()
+    data_dir_file::write(
+        data_dir,
+        FILE_NAME,
+        "Written by ftkv-node: this data dir belongs to this node id. Do not edit.",
+        &Identity {
+            format_version: FORMAT_VERSION,
+            node_id,
+        },
+    )
 }
 
 /// Checks the data dir against the opened log before Raft starts (see the module docs).

@@ -25,6 +25,7 @@ mod batcher;
 pub mod cluster_id;
 pub mod command;
 mod crash_point;
+mod data_dir_file;
 mod drain;
 mod errors;
 mod identity;
