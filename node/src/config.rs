@@ -14,8 +14,10 @@ use crate::cluster::AckPolicy;
 use crate::limits::Limits;
 
 pub mod flags;
+pub mod logging;
 pub mod server;
 pub use flags::ConfigFlags;
+pub use logging::{LogFormat, LoggingConfig};
 pub mod space;
 pub use server::ServerConfig;
 pub use space::SpaceConfig;
@@ -87,6 +89,8 @@ pub struct Config {
     pub space: SpaceConfig,
     /// TLS on the client, peer and status ports.
     pub tls: TlsConfig,
+    /// The node's diagnostic log: format, level, slow-request threshold.
+    pub logging: LoggingConfig,
     /// Test-only switches that break guarantees on purpose (for the fault harness canaries).
     pub testing: TestingConfig,
 }
@@ -111,6 +115,7 @@ impl Default for Config {
             server: ServerConfig::default(),
             space: SpaceConfig::default(),
             tls: TlsConfig::default(),
+            logging: LoggingConfig::default(),
             testing: TestingConfig::default(),
         }
     }
@@ -463,6 +468,7 @@ impl Config {
         self.server.validate()?;
         self.space.validate()?;
         self.tls.validate()?;
+        self.logging.validate()?;
         if self.log.segment_size.as_u64() < 64 * 1024 {
             return Err(ConfigError::Invalid(
                 "log.segment_size must be at least 64KiB".into(),

@@ -223,18 +223,6 @@ impl RunArgs {
     }
 }
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,openraft=error,h2=warn,tower=warn,hyper=warn")
-    });
-    use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
-}
-
 fn main() -> std::process::ExitCode {
     // Freed tree nodes and buffers must go back to the OS (see the function's doc).
     if let Err(e) = ftkv_vfs::disable_transparent_huge_pages() {
@@ -256,7 +244,7 @@ fn main() -> std::process::ExitCode {
 fn real_main(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Some(Command::Playground(args)) => {
-            init_tracing();
+            ftkv_node::telemetry::logging::init(None, &ftkv_node::config::LoggingConfig::default());
             let rt = tokio::runtime::Runtime::new()?;
             rt.block_on(ftkv_node::playground::run(args))
         }
@@ -318,7 +306,7 @@ fn run_node(args: RunArgs) -> anyhow::Result<()> {
         print!("{}", config.to_toml());
         return Ok(());
     }
-    init_tracing();
+    ftkv_node::telemetry::logging::init(Some(config.id), &config.logging);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

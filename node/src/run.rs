@@ -104,6 +104,8 @@ pub fn open_engine_metered(
             let engine = Arc::new(e);
             let probe = engine.clone();
             meters.cache_bytes = Some(Arc::new(move || probe.cached_bytes() as u64));
+            let probe = engine.clone();
+            meters.compression = Some(Arc::new(move || probe.compression_stats().ratio()));
             engine as Arc<dyn ftkv_engine::Engine>
         })
     } else {
@@ -181,6 +183,7 @@ fn connection_options(config: &Config) -> anyhow::Result<crate::server::Connecti
         },
         keepalive_interval: Duration::from_millis(server.keepalive_interval_ms),
         keepalive_timeout: Duration::from_millis(server.keepalive_timeout_ms),
+        slow_request_threshold_ms: config.logging.slow_request_threshold_ms,
     })
 }
 

@@ -5,7 +5,8 @@
 //!
 //! Naming: key `SECTION.KEY` is flag `--SECTION-KEY` and variable `FTKV_SECTION_KEY`, e.g.
 //! `raft.heartbeat_interval_ms` is `--raft-heartbeat-interval-ms` / `FTKV_RAFT_HEARTBEAT_INTERVAL_MS`.
-//! Sizes take human units (`64MiB`), `engine.compression` takes `none` or `zstd:LEVEL`.
+//! Exception: `[logging]` keys are `--log-format`, `--log-level`, `--log-slow-request-threshold-ms`
+//! (etcd's names). Sizes take human units (`64MiB`), `engine.compression` takes `none` or `zstd:LEVEL`.
 //! Precedence is that of every flag: TOML file < environment < flag.
 
 use bytesize::ByteSize;
@@ -106,6 +107,15 @@ pub struct ConfigFlags {
     /// server.drain_timeout_ms.
     #[arg(long, env = "FTKV_SERVER_DRAIN_TIMEOUT_MS")]
     pub server_drain_timeout_ms: Option<u64>,
+    /// logging.format: text | json.
+    #[arg(long, env = "FTKV_LOG_FORMAT", value_enum)]
+    pub log_format: Option<super::LogFormat>,
+    /// logging.level: error | warn | info | debug | trace, or a tracing filter (RUST_LOG wins).
+    #[arg(long, env = "FTKV_LOG_LEVEL")]
+    pub log_level: Option<String>,
+    /// logging.slow_request_threshold_ms (0 = off).
+    #[arg(long, env = "FTKV_LOG_SLOW_REQUEST_THRESHOLD_MS")]
+    pub log_slow_request_threshold_ms: Option<u64>,
 }
 
 /// Sets `$target` to the flag's value when the flag (or its variable) was given.
@@ -143,6 +153,9 @@ impl ConfigFlags {
         set!(self.server_keepalive_interval_ms => c.server.keepalive_interval_ms);
         set!(self.server_keepalive_timeout_ms => c.server.keepalive_timeout_ms);
         set!(self.server_drain_timeout_ms => c.server.drain_timeout_ms);
+        set!(self.log_format => c.logging.format);
+        set!(self.log_level.clone() => c.logging.level);
+        set!(self.log_slow_request_threshold_ms => c.logging.slow_request_threshold_ms);
         Ok(())
     }
 }

@@ -7,24 +7,52 @@
 //! answer, e.g. a refusal) or in the trailers at the end of the body (streams included). A body
 //! dropped before its trailers (the client went away) counts as `Canceled`. Paths answered
 //! `Unimplemented` are labelled `unknown`, so a client inventing paths cannot grow the label set.
+//!
+//! The slow-request log lives here too: a unary call that takes longer than
+//! `logging.slow_request_threshold_ms` is logged at warn with its method, code and duration
+//! (streams, which stay open by design, never are: [`STREAMING_METHODS`]).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http_body::{Body, Frame, SizeHint};
 use tonic::codegen::http::{HeaderMap, Request, Response};
 
+/// The streaming methods the node serves (`/service/method`): never logged as slow.
+pub const STREAMING_METHODS: &[&str] = &[
+    "/ftkv.v1.Kv/Batch",
+    "/ftkv.v1.Maintenance/Snapshot",
+    "/grpc.health.v1.Health/Watch",
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+];
+
 /// The tower layer of [`GrpcMetrics`].
 #[derive(Debug, Clone, Copy, Default)]
-pub struct GrpcMetricsLayer;
+pub struct GrpcMetricsLayer {
+    /// Unary calls slower than this are logged (`None`: no slow-request log).
+    pub slow_request_threshold: Option<Duration>,
+}
+
+impl GrpcMetricsLayer {
+    /// The layer with the slow-request log above `threshold_ms` (0: off).
+    pub fn with_slow_request_threshold_ms(threshold_ms: u64) -> Self {
+        GrpcMetricsLayer {
+            slow_request_threshold: (threshold_ms > 0).then(|| Duration::from_millis(threshold_ms)),
+        }
+    }
+}
 
 impl<S> tower::Layer<S> for GrpcMetricsLayer {
     type Service = GrpcMetrics<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        GrpcMetrics { inner }
+        GrpcMetrics {
+            inner,
+            slow_request_threshold: self.slow_request_threshold,
+        }
     }
 }
 
@@ -32,6 +60,7 @@ impl<S> tower::Layer<S> for GrpcMetricsLayer {
 #[derive(Debug, Clone)]
 pub struct GrpcMetrics<S> {
     inner: S,
+    slow_request_threshold: Option<Duration>,
 }
 
 impl<S, ReqBody, ResBody> tower::Service<Request<ReqBody>> for GrpcMetrics<S>
@@ -48,7 +77,11 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let mut call = Call::new(request.uri().path());
+        let path = request.uri().path();
+        let slow_after = self
+            .slow_request_threshold
+            .filter(|_| !STREAMING_METHODS.contains(&path));
+        let mut call = Call::new(path, slow_after);
         let response = self.inner.call(request);
         Box::pin(async move {
             let response = response.await?;
@@ -70,10 +103,12 @@ struct Call {
     method: String,
     started: Instant,
     finished: bool,
+    /// Log the call at warn when it took longer (unary calls, when the log is on).
+    slow_after: Option<Duration>,
 }
 
 impl Call {
-    fn new(path: &str) -> Self {
+    fn new(path: &str, slow_after: Option<Duration>) -> Self {
         let (service, method) = split_path(path);
         metrics::counter!(
             "grpc_server_started_total",
@@ -86,6 +121,7 @@ impl Call {
             method,
             started: Instant::now(),
             finished: false,
+            slow_after,
         }
     }
 
@@ -106,12 +142,23 @@ impl Call {
             "grpc_code" => code_name(code)
         )
         .increment(1);
+        let elapsed = self.started.elapsed();
+        if let Some(threshold) = self.slow_after.filter(|t| elapsed > *t) {
+            tracing::warn!(
+                grpc_service = %service,
+                grpc_method = %method,
+                grpc_code = code_name(code),
+                elapsed_ms = elapsed.as_millis() as u64,
+                threshold_ms = threshold.as_millis() as u64,
+                "slow request"
+            );
+        }
         metrics::histogram!(
             "grpc_server_handling_seconds",
             "grpc_service" => service,
             "grpc_method" => method
         )
-        .record(self.started.elapsed());
+        .record(elapsed);
     }
 }
 
@@ -229,6 +276,7 @@ where
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -247,5 +295,106 @@ mod tests {
         assert_eq!(code_name(0), "OK");
         assert_eq!(code_name(14), "Unavailable");
         assert_eq!(code_name(99), "Unknown");
+    }
+
+    /// Every streaming method of the proto files is in [`STREAMING_METHODS`], or a stream
+    /// added later would be logged as slow on every call.
+    #[test]
+    fn every_streaming_method_of_the_protos_is_listed() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../proto/ftkv/v1");
+        let mut streaming = Vec::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+            let mut service = String::new();
+            for line in text.lines().map(str::trim) {
+                if let Some(rest) = line.strip_prefix("service ") {
+                    service = rest.trim_end_matches('{').trim().to_string();
+                }
+                if let Some(rest) = line.strip_prefix("rpc ") {
+                    let name = rest.split('(').next().unwrap().trim();
+                    if rest.contains("(stream ") {
+                        streaming.push(format!("/ftkv.v1.{service}/{name}"));
+                    }
+                }
+            }
+        }
+        assert!(
+            streaming.contains(&"/ftkv.v1.Kv/Batch".to_string()),
+            "{streaming:?}"
+        );
+        for method in &streaming {
+            assert!(
+                STREAMING_METHODS.contains(&method.as_str()),
+                "{method} is not in STREAMING_METHODS"
+            );
+        }
+    }
+
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// What the layer logs for one call to `path` that takes `sleep_ms`, with `layer`.
+    fn log_of_call(layer: GrpcMetricsLayer, path: &str, sleep_ms: u64) -> String {
+        use tower::{Layer, Service};
+        let out = Captured::default();
+        let writer = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let inner = tower::service_fn(move |_request: Request<()>| async move {
+            tokio::time::sleep(Duration::from_millis(sleep_ms)).await;
+            Ok::<_, std::convert::Infallible>(
+                Response::builder()
+                    .header("grpc-status", "0")
+                    .body(String::new())
+                    .unwrap(),
+            )
+        });
+        let mut service = layer.layer(inner);
+        let request = Request::builder().uri(path).body(()).unwrap();
+        tracing::subscriber::with_default(subscriber, || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .unwrap()
+                .block_on(service.call(request))
+                .unwrap();
+        });
+        let bytes = out.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn a_unary_call_over_the_threshold_is_logged_and_others_are_not() {
+        let layer = GrpcMetricsLayer::with_slow_request_threshold_ms(20);
+        let log = log_of_call(layer, "/ftkv.v1.Kv/Put", 60);
+        assert!(log.contains("slow request"), "{log}");
+        assert!(
+            log.contains("grpc_method=Put") && log.contains("grpc_code=\"OK\""),
+            "{log}"
+        );
+        assert_eq!(
+            log_of_call(layer, "/ftkv.v1.Kv/Put", 0),
+            "",
+            "a fast call is not logged"
+        );
+        assert_eq!(
+            log_of_call(layer, "/ftkv.v1.Kv/Batch", 60),
+            "",
+            "a stream is never slow"
+        );
+        let off = GrpcMetricsLayer::with_slow_request_threshold_ms(0);
+        assert_eq!(log_of_call(off, "/ftkv.v1.Kv/Put", 60), "", "0 turns the log off");
     }
 }

@@ -47,7 +47,8 @@ pub async fn bind(addr: &str, what: &str) -> anyhow::Result<TcpListener> {
     Ok(listener)
 }
 
-/// How the gRPC servers treat connections (from `[server]`, the cap derived at start).
+/// How the gRPC servers treat connections (from `[server]`, the cap derived at start) and
+/// which client calls they log as slow (`logging.slow_request_threshold_ms`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionOptions {
     /// Cap and timeouts of each port.
@@ -56,6 +57,8 @@ pub struct ConnectionOptions {
     pub keepalive_interval: Duration,
     /// A connection whose keepalive ping is not answered within this is closed.
     pub keepalive_timeout: Duration,
+    /// Unary client calls slower than this are logged at warn (0: never).
+    pub slow_request_threshold_ms: u64,
 }
 
 fn builder(options: &ConnectionOptions) -> tonic::transport::Server {
@@ -112,7 +115,9 @@ pub async fn serve_client(
             .max_decoding_message_size(CLIENT_MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_RESPONSE_MESSAGE_BYTES);
     let router = builder(&options)
-        .layer(grpc_metrics::GrpcMetricsLayer)
+        .layer(grpc_metrics::GrpcMetricsLayer::with_slow_request_threshold_ms(
+            options.slow_request_threshold_ms,
+        ))
         .layer(tower::util::MapResponseLayer::new(size_limit_details))
         .add_service(health_service)
         .add_service(reflection)

@@ -1,4 +1,4 @@
-//! The node's metrics: the Prometheus recorder (histogram buckets, descriptions,
+//! The node's metrics and log lines ([`logging`]): the Prometheus recorder (histogram buckets, descriptions,
 //! `ftkv_build_info`), the gauges sampled at each scrape of `/metrics`, and the meters that
 //! measure the log and the engine from outside ([`vfs`], [`engine`]).
 //!
@@ -8,6 +8,7 @@
 //! `server::grpc_metrics`). The engine's own are `ftkv_engine_*`. README.md lists them.
 
 pub mod engine;
+pub mod logging;
 pub mod vfs;
 
 use std::path::{Path, PathBuf};
@@ -181,6 +182,10 @@ fn describe() {
         "bytes the engine wrote to its files"
     );
     describe_gauge!(
+        "ftkv_engine_compression_ratio",
+        "uncompressed over stored bytes of the engine's node blocks written since start"
+    );
+    describe_gauge!(
         "ftkv_engine_write_amplification",
         "engine bytes written to disk per key and value byte written, since start"
     );
@@ -216,6 +221,9 @@ pub struct EngineMeters {
     pub disk: Option<Arc<vfs::DiskMeter>>,
     /// Bytes of engine nodes cached (the fractal engine).
     pub cache_bytes: Option<EngineProbe>,
+    /// The compression ratio of the node blocks written since start (the fractal engine;
+    /// `None` before the first block).
+    pub compression: Option<Arc<dyn Fn() -> Option<f64> + Send + Sync>>,
 }
 
 impl Telemetry {
@@ -264,6 +272,9 @@ impl Telemetry {
         metrics::gauge!("ftkv_engine_cache_capacity_bytes").set(inner.cache_capacity_bytes as f64);
         if let Some(probe) = &inner.engine.cache_bytes {
             metrics::gauge!("ftkv_engine_cache_size_bytes").set(probe() as f64);
+        }
+        if let Some(ratio) = inner.engine.compression.as_ref().and_then(|probe| probe()) {
+            metrics::gauge!("ftkv_engine_compression_ratio").set(ratio);
         }
         if let Some(disk) = &inner.engine.disk {
             let logical = inner.engine.logical_bytes.load(Ordering::Relaxed);
