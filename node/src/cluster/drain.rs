@@ -251,8 +251,20 @@ impl ClusterNode {
 }
 
 /// The receiving side of `TimeoutNow`: campaign at once, if `from` is the leader this node
-/// follows and this node is a voter.
-pub(crate) async fn accept_timeout_now(raft: &Raft, me: NodeId, from: NodeId) -> Result<(), Status> {
+/// follows, this node is a voter and it is not draining itself (a node stopping must not take
+/// a leadership it is about to drop: two nodes of a rolling restart stopping at once would
+/// otherwise pass it back and forth).
+pub(crate) async fn accept_timeout_now(
+    raft: &Raft,
+    me: NodeId,
+    from: NodeId,
+    draining: bool,
+) -> Result<(), Status> {
+    if draining {
+        return Err(Status::failed_precondition(format!(
+            "node {me} is draining (stopping): it cannot take the leadership from node {from}"
+        )));
+    }
     let (leader, voter) = {
         let m = raft.metrics();
         let m = m.borrow();

@@ -469,6 +469,7 @@ impl ClusterNode {
             snapshots: self.inner.state_machine.snapshots().clone(),
             contact: self.inner.contact.clone(),
             cluster: self.inner.cluster.clone(),
+            local: self.clone(),
         })
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit)

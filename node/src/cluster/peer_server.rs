@@ -48,6 +48,8 @@ pub(crate) struct PeerServer {
     pub contact: Arc<super::observe::LeaderContact>,
     /// This node's cluster id: every message must carry the same (see `cluster_id`).
     pub cluster: Arc<super::cluster_id::ClusterIdentity>,
+    /// The node itself: a draining node refuses to take the leadership (`TimeoutNow`).
+    pub local: super::ClusterNode,
 }
 
 fn decode<T: DeserializeOwned>(msg: &RaftMessage) -> Result<T, Status> {
@@ -179,7 +181,8 @@ impl RaftService for PeerServer {
         let msg = request.get_ref();
         crate::tls::identity::check_peer_claim(request.extensions(), "TimeoutNow", msg.from)?;
         self.cluster.check_peer("TimeoutNow", msg.from, msg.cluster_id)?;
-        super::drain::accept_timeout_now(&self.raft, self.node_id, msg.from).await?;
+        super::drain::accept_timeout_now(&self.raft, self.node_id, msg.from, self.local.is_draining())
+            .await?;
         encode(self.node_id, self.cluster.get(), Ok::<(), ()>(()))
     }
 

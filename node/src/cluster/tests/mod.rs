@@ -3,6 +3,7 @@
 //! (batched writes, linearizable reads, failover, exactly-once, snapshot catch-up).
 #![allow(clippy::unwrap_used)]
 
+mod drain;
 mod forged_peer;
 mod no_space;
 mod session_model;
