@@ -202,6 +202,11 @@ impl FractalEngine {
     pub fn memory_use(&self) -> store::MemoryUse {
         self.inner.read().tree.store.memory_use()
     }
+
+    /// Node blocks written since open, before and after compression (the compression ratio).
+    pub fn compression_stats(&self) -> store::CompressionStats {
+        self.inner.read().tree.store.block_bytes.stats()
+    }
 }
 
 /// Within a write batch, how often (in messages) the writer looks for spilled runs or eviction

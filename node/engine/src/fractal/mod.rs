@@ -116,7 +116,7 @@ pub use self::background::writeback::WritebackTotals;
 pub use self::engine::FractalEngine;
 pub use self::options::{FractalOptions, TreeParams, DEFAULT_CLEANER_PERIOD_MS};
 pub use self::store::checkpoint::CheckpointStats;
-pub use self::store::stats::{EvictionStats, MemoryUse, PartialReadStats};
+pub use self::store::stats::{CompressionStats, EvictionStats, MemoryUse, PartialReadStats};
 pub use self::tree::SpillStats;
 
 use self::engine::io;

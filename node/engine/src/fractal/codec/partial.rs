@@ -49,6 +49,31 @@ pub(crate) fn node_header_len(fixed: &[u8], location: &(impl std::fmt::Display +
     res.map_err(|d| corruption(location, d))
 }
 
+/// Uncompressed and stored bytes of an encoded node block (header included in both), read from
+/// its partition table; `None` for a block that is not a well-formed node (a spilled run).
+/// For the compression ratio; never used to read data.
+pub(crate) fn node_block_sizes(enc: &[u8]) -> Option<(u64, u64)> {
+    let mut r = R::new(enc);
+    let sizes = (|| -> Result<(u64, u64), Detail> {
+        if r.take(8)? != NODE_MAGIC {
+            return Err("not a node".into());
+        }
+        r.take(20)?;
+        let nparts = r.u32()?;
+        let header_len = u64::from(r.u32()?);
+        r.take(4)?;
+        let (mut raw, mut stored) = (header_len, header_len);
+        for _ in 0..nparts {
+            let _offset = r.u32()?;
+            stored += u64::from(r.u32()?);
+            raw += u64::from(r.u32()?);
+            let _crc = r.u32()?;
+        }
+        Ok((raw, stored))
+    })();
+    sizes.ok()
+}
+
 /// Decodes and verifies (crc32c) a whole node header.
 pub(crate) fn decode_node_index(
     header: &[u8],

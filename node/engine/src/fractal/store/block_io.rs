@@ -136,6 +136,7 @@ impl Store {
             ));
         }
         self.space_regained();
+        self.block_bytes.count(&enc);
         let sk = if enc.starts_with(NODE_MAGIC) {
             leaf_skeleton(&enc, id)
         } else {
@@ -207,6 +208,7 @@ pub(crate) fn write_fresh_block(
     file: &dyn VfsFile,
     path: &Path,
     space: &Mutex<Space>,
+    block_bytes: &BlockBytes,
     claim: BlockClaim,
     enc: &[u8],
     what: impl Fn() -> String,
@@ -226,6 +228,7 @@ pub(crate) fn write_fresh_block(
             source,
         ));
     }
+    block_bytes.count(enc);
     Ok(BlockLoc {
         offset,
         size,

@@ -45,6 +45,7 @@ impl Store {
                 .map(|(img, _)| img.entries.iter().copied().collect())
                 .unwrap_or_default(),
             space: Arc::new(Mutex::new(space)),
+            block_bytes: Arc::default(),
             counter: image.map_or(0, |(img, _)| img.counter),
             checkpoint_running: false,
             cache: HashMap::new(),

@@ -30,9 +30,10 @@ use super::codec::{
     decode_basement_frame, decode_basement_partition, decode_buffer_frame, decode_buffer_partition,
     decode_internal_info, decode_leaf_info, decode_leaf_skeleton, decode_node, decode_node_index,
     decode_partition, decode_run_frames, decode_run_index, decode_run_range, encode_btt, encode_header,
-    encode_node, encode_run, lookup_in_frame, node_header_len, recycle_block_buf, run_index_len,
-    take_block_buf, BasementFrames, BlockLoc, BttImage, Header, InternalInfo, LeafInfo, NodeIndex, PartEntry,
-    RunIndex, DATA_START, HEADER_SLOT_BYTES, NODE_FIXED_HEADER_BYTES, NODE_MAGIC, RUN_FIXED_HEADER_BYTES,
+    encode_node, encode_run, lookup_in_frame, node_block_sizes, node_header_len, recycle_block_buf,
+    run_index_len, take_block_buf, BasementFrames, BlockLoc, BttImage, Header, InternalInfo, LeafInfo,
+    NodeIndex, PartEntry, RunIndex, DATA_START, HEADER_SLOT_BYTES, NODE_FIXED_HEADER_BYTES, NODE_MAGIC,
+    RUN_FIXED_HEADER_BYTES,
 };
 
 use super::msg::{count_at_or_below, key_cmp, key_prefix, Buffer, Msg, Msn};
@@ -68,6 +69,8 @@ pub(crate) struct Store {
     pub(crate) btt: HashMap<NodeId, BlockLoc>,
     /// Free extents and the checkpoints' claims on blocks; shared with a checkpoint in progress.
     pub(crate) space: Arc<Mutex<Space>>,
+    /// Bytes of the node blocks written, before and after compression; shared with the jobs.
+    pub(crate) block_bytes: Arc<BlockBytes>,
     /// Counter of the last durable checkpoint.
     pub(crate) counter: u64,
     /// A checkpoint has begun and not finished.

@@ -41,6 +41,47 @@ pub struct MemoryUse {
     pub evicting_bytes: usize,
 }
 
+/// Node blocks written since open: their uncompressed and stored bytes (the compression
+/// ratio). Shared with the checkpoint and writeback jobs, which write blocks off the lock.
+#[derive(Debug, Default)]
+pub(crate) struct BlockBytes {
+    raw: AtomicU64,
+    stored: AtomicU64,
+}
+
+impl BlockBytes {
+    /// Counts `enc` if it is a node block (spilled runs are not counted).
+    pub(crate) fn count(&self, enc: &[u8]) {
+        if let Some((raw, stored)) = node_block_sizes(enc) {
+            self.raw.fetch_add(raw, Ordering::Relaxed);
+            self.stored.fetch_add(stored, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn stats(&self) -> CompressionStats {
+        CompressionStats {
+            raw_bytes: self.raw.load(Ordering::Relaxed),
+            stored_bytes: self.stored.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Node blocks the engine wrote since open, before and after compression.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompressionStats {
+    /// Uncompressed bytes of the blocks (headers included).
+    pub raw_bytes: u64,
+    /// Bytes of the blocks as written.
+    pub stored_bytes: u64,
+}
+
+impl CompressionStats {
+    /// `raw_bytes / stored_bytes` (`None` before the first block).
+    pub fn ratio(&self) -> Option<f64> {
+        (self.stored_bytes > 0).then(|| self.raw_bytes as f64 / self.stored_bytes as f64)
+    }
+}
+
 /// What [`Store::push_in_place`] did.
 pub(crate) enum InPlacePush {
     /// The message is in the node, which stays within the limit.

@@ -109,6 +109,7 @@ pub(crate) struct WritebackJob {
     pub(crate) path: PathBuf,
     pub(crate) compression_level: Option<i32>,
     pub(crate) space: Arc<Mutex<Space>>,
+    pub(crate) block_bytes: Arc<BlockBytes>,
     pub(crate) nodes: Vec<PendingNode>,
     /// Pending spilled runs to encode and write.
     pub(crate) runs: Vec<(u64, Arc<Vec<Msg>>)>,
@@ -151,6 +152,7 @@ impl WritebackJob {
             self.file.as_ref(),
             &self.path,
             &self.space,
+            &self.block_bytes,
             BlockClaim::Writeback,
             enc,
             what,
@@ -334,6 +336,7 @@ impl Store {
             path: self.path.clone(),
             compression_level: self.compression_level,
             space: Arc::clone(&self.space),
+            block_bytes: Arc::clone(&self.block_bytes),
             nodes,
             runs,
         }
