@@ -132,7 +132,19 @@ async fn wait_health(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_follow_etcd_names_and_move_with_writes() {
     let _serial = serial().await;
-    let cluster = Cluster::start(ClusterOptions::default()).await.unwrap();
+    // JSON log lines on every node (checked at the end).
+    let cluster = Cluster::start(ClusterOptions {
+        // Checkpoints every 10 entries, so node blocks are written (the compression ratio).
+        extra_args: vec![
+            "--log-format".into(),
+            "json".into(),
+            "--snapshot-every-entries".into(),
+            "10".into(),
+        ],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     let leader = cluster.wait_for_leader().await.unwrap();
     let follower = cluster.ids().into_iter().find(|&id| id != leader).unwrap();
     let leader_status = cluster.node(leader).unwrap().status_addr;
@@ -219,6 +231,45 @@ async fn metrics_follow_etcd_names_and_move_with_writes() {
             >= 1.0,
         "the refused put ({refused_code:?}) is not counted on the follower"
     );
+
+    // The engine's compression ratio appears once a checkpoint wrote node blocks.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ratio = sum(
+            &metrics(&leader_status).await,
+            "ftkv_engine_compression_ratio",
+            &[],
+        );
+        if ratio > 1.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no ftkv_engine_compression_ratio above 1 after checkpoints (last {ratio})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // `--log-format json`: every log line is one JSON object naming its node (lines of the
+    // binary's own `ftkv-node:` messages printed before logging starts excepted).
+    for id in cluster.ids() {
+        let log = cluster.node_log(id);
+        let mut objects = 0;
+        for line in log
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with("ftkv-node:"))
+        {
+            let v: serde_json::Value =
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("node {id}: not JSON ({e}): {line}"));
+            assert_eq!(v["node_id"], id, "node {id}: {line}");
+            assert!(
+                v["level"].is_string() && v["message"].is_string(),
+                "node {id}: {line}"
+            );
+            objects += 1;
+        }
+        assert!(objects > 0, "node {id} logged nothing");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,6 +4,7 @@
 //!   three-node etcd cluster on this machine, alternately, and reports medians and ratios
 //!   (BENCH.md, "How to measure honestly here").
 //! - `ftkv-bench engine`: the storage engines (fractal, sled, fjall) in-process.
+//! - `ftkv-bench restart`: the write pause of a rolling restart vs a crash failover.
 //!
 //! Depends on ftkv's client and engine crates and on the systems it compares against; nothing
 //! in ftkv depends on it.
@@ -16,6 +17,7 @@ pub mod engine;
 pub mod etcd;
 pub mod ftkv;
 pub mod plot;
+pub mod restart;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -105,6 +105,8 @@ enum Cmd {
     },
     /// Storage engines side by side (fractal, sled, fjall), each run in a child process.
     Engine(bench::engine::EngineArgs),
+    /// Write pause of a rolling restart (SIGTERM, drain, hand-off) vs a leader crash (SIGKILL).
+    Restart(bench::restart::RestartArgs),
     /// Internal: one engine run, started by `engine` (not for direct use).
     #[command(hide = true)]
     EngineChild {
@@ -185,6 +187,7 @@ fn main() -> anyhow::Result<()> {
             engine_memory_setup();
             bench::engine::child::run_child(&spec)
         }
+        Cmd::Restart(args) => tokio::runtime::Runtime::new()?.block_on(bench::restart::run(&args)),
         cluster @ Cmd::Cluster { .. } => tokio::runtime::Runtime::new()?.block_on(run_cluster(cluster)),
     }
 }
