@@ -251,13 +251,14 @@ async fn metrics_follow_etcd_names_and_move_with_writes() {
     }
 
     // `--log-format json`: every log line is one JSON object naming its node (lines of the
-    // binary's own `ftkv-node:` messages printed before logging starts excepted).
+    // binary's own `ftkv-node:` messages printed before logging starts, and the fixture's
+    // `=====` banners between starts, excepted).
     for id in cluster.ids() {
         let log = cluster.node_log(id);
         let mut objects = 0;
         for line in log
             .lines()
-            .filter(|l| !l.trim().is_empty() && !l.starts_with("ftkv-node:"))
+            .filter(|l| !l.trim().is_empty() && !l.starts_with("ftkv-node:") && !l.starts_with("====="))
         {
             let v: serde_json::Value =
                 serde_json::from_str(line).unwrap_or_else(|e| panic!("node {id}: not JSON ({e}): {line}"));

@@ -95,6 +95,11 @@ where
                 object.insert("node_id".into(), self.node_id.map_or(Value::Null, Value::from));
                 object.insert("target".into(), Value::String(meta.target().to_string()));
                 event.record(&mut JsonFields(&mut object));
+                // Every line has a message (an event of fields only has an empty one), so log
+                // pipelines can rely on the schema.
+                object
+                    .entry("message")
+                    .or_insert_with(|| Value::String(String::new()));
                 if !spans.is_empty() {
                     object.insert(
                         "spans".into(),
@@ -218,6 +223,17 @@ mod tests {
         assert_eq!(v["spans"][0], "apply{index=42}");
         assert!(v["timestamp"].as_str().unwrap().starts_with("20"), "{v}");
         assert!(v["target"].as_str().unwrap().contains("logging"), "{v}");
+    }
+
+    #[test]
+    fn a_json_event_of_fields_only_has_an_empty_message() {
+        let lines = lines_of(LogFormat::Json, || {
+            tracing::info!(req = "vote");
+        });
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        let v: Value = serde_json::from_str(&lines[0]).unwrap();
+        assert_eq!(v["message"], "", "{v}");
+        assert_eq!(v["req"], "vote", "{v}");
     }
 
     #[test]
