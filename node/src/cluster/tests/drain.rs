@@ -8,18 +8,7 @@ use super::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_draining_follower_refuses_the_leadership_and_the_leader_hands_it_to_another() {
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let ls = listeners(3).await;
-    let peers: BTreeMap<u64, String> = ls
-        .iter()
-        .enumerate()
-        .map(|(i, (_, a))| (i as u64 + 1, a.clone()))
-        .collect();
-    let mut nodes = Vec::new();
-    for (i, (l, addr)) in ls.into_iter().enumerate() {
-        let id = i as u64 + 1;
-        let cfg = config(id, dirs[i].path(), &addr, 100_000);
-        nodes.push(start_node(cfg, Arc::new(ModelEngine::new()), l).await);
-    }
+    let (nodes, peers) = start_three_model_nodes(&dirs).await;
     nodes[0].node.initialize(peers.clone(), 10_000).await.unwrap();
     let all: Vec<&ClusterNode> = nodes.iter().map(|n| &n.node).collect();
     let leader_id = wait_for_leader(&all, Duration::from_secs(15)).await;

@@ -194,14 +194,11 @@ async fn wait_for_leader(nodes: &[&ClusterNode], timeout: Duration) -> u64 {
     }
 }
 
-fn counter(engine: &dyn Engine, key: &[u8]) -> i64 {
-    let v = engine.get(key).unwrap().expect("counter present");
-    i64::from_le_bytes(v.try_into().unwrap())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn three_nodes_batched_writes_reads_failover_exactly_once() {
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+/// Starts nodes 1..=3 on model engines in `dirs` (not yet initialized); returns them and the
+/// peer map to initialize with.
+pub(super) async fn start_three_model_nodes(
+    dirs: &[tempfile::TempDir],
+) -> (Vec<TestNode>, BTreeMap<u64, String>) {
     let ls = listeners(3).await;
     let peers: BTreeMap<u64, String> = ls
         .iter()
@@ -212,8 +209,21 @@ async fn three_nodes_batched_writes_reads_failover_exactly_once() {
     for (i, (l, addr)) in ls.into_iter().enumerate() {
         let id = i as u64 + 1;
         let cfg = config(id, dirs[i].path(), &addr, 100_000);
-        nodes.push(Some(start_node(cfg, Arc::new(ModelEngine::new()), l).await));
+        nodes.push(start_node(cfg, Arc::new(ModelEngine::new()), l).await);
     }
+    (nodes, peers)
+}
+
+fn counter(engine: &dyn Engine, key: &[u8]) -> i64 {
+    let v = engine.get(key).unwrap().expect("counter present");
+    i64::from_le_bytes(v.try_into().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_nodes_batched_writes_reads_failover_exactly_once() {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (started, peers) = start_three_model_nodes(&dirs).await;
+    let mut nodes: Vec<Option<TestNode>> = started.into_iter().map(Some).collect();
     let node = |i: usize, nodes: &Vec<Option<TestNode>>| nodes[i].as_ref().unwrap().node.clone();
     node(0, &nodes).initialize(peers.clone(), 10_000).await.unwrap();
     // Idempotent.
