@@ -196,9 +196,7 @@ async fn wait_for_leader(nodes: &[&ClusterNode], timeout: Duration) -> u64 {
 
 /// Starts nodes 1..=3 on model engines in `dirs` (not yet initialized); returns them and the
 /// peer map to initialize with.
-pub(super) async fn start_three_model_nodes(
-    dirs: &[tempfile::TempDir],
-) -> (Vec<TestNode>, BTreeMap<u64, String>) {
+async fn start_three_model_nodes(dirs: &[tempfile::TempDir]) -> (Vec<TestNode>, BTreeMap<u64, String>) {
     let ls = listeners(3).await;
     let peers: BTreeMap<u64, String> = ls
         .iter()
