@@ -19,8 +19,11 @@ use tonic::transport::Channel;
 
 mod alarm;
 mod builder;
+mod bulk;
 mod call;
 mod maintenance;
+
+pub use bulk::{BulkLoadReport, BulkLoader, OnDuplicate};
 
 pub use alarm::{Alarm, NodeAlarms};
 pub(crate) use builder::normalize_endpoint;

@@ -118,6 +118,20 @@ pub enum Error {
         /// What does not fit.
         message: String,
     },
+    /// A bulk load with `OnDuplicate::Error` met a key twice (rows count from 0 in the order
+    /// sent; `first_row` is `None` when the key existed before the load). Nothing of the load
+    /// was applied.
+    #[error("{message}")]
+    DuplicateKey {
+        /// The key.
+        key: Vec<u8>,
+        /// Row of its first occurrence, `None` when it existed before the load.
+        first_row: Option<u64>,
+        /// Row of the duplicate.
+        second_row: u64,
+        /// What the node said.
+        message: String,
+    },
     /// The client was built without endpoints.
     #[error("no endpoints configured")]
     NoEndpoints,
@@ -296,6 +310,30 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
             return Failure {
                 error: Error::Tls {
                     message: format!("{} (the client spoke plaintext to a TLS port)", info.message),
+                },
+                not_applied: true,
+                retry: false,
+                stale_session: false,
+            };
+        }
+        if info.reason == ftkv_proto::status_details::REASON_DUPLICATE_KEY {
+            let row = |name: &str| info.metadata.get(name).and_then(|v| v.parse::<u64>().ok());
+            let key = info
+                .metadata
+                .get("key")
+                .map(|hex| {
+                    (0..hex.len() / 2)
+                        .filter_map(|i| hex.get(2 * i..2 * i + 2))
+                        .filter_map(|b| u8::from_str_radix(b, 16).ok())
+                        .collect()
+                })
+                .unwrap_or_default();
+            return Failure {
+                error: Error::DuplicateKey {
+                    key,
+                    first_row: row("first_row"),
+                    second_row: row("second_row").unwrap_or(0),
+                    message: info.message.clone(),
                 },
                 not_applied: true,
                 retry: false,

@@ -34,6 +34,7 @@ mod batch;
 mod client;
 mod error;
 mod retry;
+pub mod rows;
 mod session;
 mod tls;
 mod types;
@@ -41,7 +42,10 @@ mod types;
 #[cfg(feature = "cli")]
 pub mod cli;
 
-pub use client::{Alarm, Client, ClientBuilder, NodeAlarms, DEFAULT_ENDPOINT, DEFAULT_MAX_MESSAGE_BYTES};
+pub use client::{
+    Alarm, BulkLoadReport, BulkLoader, Client, ClientBuilder, NodeAlarms, OnDuplicate, DEFAULT_ENDPOINT,
+    DEFAULT_MAX_MESSAGE_BYTES,
+};
 pub use error::{Error, Result};
 pub use retry::RetryPolicy;
 pub use session::{WriteSession, DEFAULT_SESSION_WINDOW};

@@ -154,6 +154,9 @@ pub fn only_frees_space(command: &Command) -> bool {
         Command::Txn { success, failure, .. } | Command::LimitedTxn { success, failure, .. } => {
             success.iter().chain(failure).all(txn_op)
         }
+        // Cancelling a load deletes its staged chunks.
+        Command::BulkAbort { .. } => true,
+        Command::BulkStage { .. } | Command::BulkCommit { .. } => false,
     }
 }
 

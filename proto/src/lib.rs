@@ -45,6 +45,15 @@ pub mod status_details {
     /// (`FAILED_PRECONDITION`, KIND_INVALID): the client must connect with TLS.
     pub const REASON_TLS_REQUIRED: &str = "TLS_REQUIRED";
 
+    /// `ErrorInfo.reason` of a bulk load (ON_DUPLICATE_ERROR) that met a key twice
+    /// (`ALREADY_EXISTS`, KIND_INVALID); `metadata`: `key` (hex), `first_row` (absent when the key
+    /// existed before the load), `second_row`. Nothing of the load is visible.
+    pub const REASON_DUPLICATE_KEY: &str = "DUPLICATE_KEY";
+
+    /// `ErrorInfo.reason` of a bulk load cancelled before it committed (a leader change, a
+    /// broken stream; KIND_UNAVAILABLE): not applied, run it again.
+    pub const REASON_LOAD_CANCELLED: &str = "LOAD_CANCELLED";
+
     /// `type_url` of the `Any` that wraps an `ErrorInfo`.
     pub const ERROR_INFO_TYPE_URL: &str = "type.googleapis.com/ftkv.v1.ErrorInfo";
 

@@ -20,6 +20,7 @@ pub mod alarm;
 pub mod bench;
 mod endpoint;
 pub mod hex;
+pub mod load;
 pub mod output;
 pub mod snapshot;
 pub mod txn_script;
@@ -176,6 +177,8 @@ pub enum Command {
     /// Backups (save; `ftkv-node snapshot status|restore` read them).
     #[command(subcommand)]
     Snapshot(snapshot::SnapshotCommand),
+    /// Bulk-load a CSV/TSV file (LOAD DATA INFILE): all rows visible together, or none.
+    Load(load::LoadArgs),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -638,6 +641,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Alarm(cmd) => emit(alarm::run(&client, format, cmd).await?.as_bytes())?,
         Command::Snapshot(cmd) => emit(snapshot::run(&client, &cli.endpoints, cmd).await?.as_bytes())?,
+        Command::Load(args) => emit(load::run(&client, args).await?.as_bytes())?,
         Command::Bench(BenchCommand::Put {
             clients,
             duration,

@@ -262,6 +262,15 @@ impl FakeNode {
 impl Kv for FakeNode {
     type BatchStream = BatchStream;
 
+    async fn bulk_load(
+        &self,
+        _request: Request<tonic::Streaming<pb::BulkLoadRequest>>,
+    ) -> Result<Response<pb::BulkLoadResponse>, Status> {
+        Err(Status::unimplemented(
+            "Kv.BulkLoad is not served by this fake node",
+        ))
+    }
+
     async fn batch(
         &self,
         request: Request<tonic::Streaming<pb::BatchRequest>>,

@@ -30,6 +30,8 @@ pub type WriteReply = Result<(CommandResult, u64), ClusterError>;
 struct Proposal {
     command: Command,
     size_bytes: usize,
+    /// How long to wait for the outcome (`None`: `BatcherConfig::write_timeout`).
+    timeout: Option<Duration>,
     reply: oneshot::Sender<WriteReply>,
 }
 
@@ -103,6 +105,10 @@ pub fn approx_size_bytes(command: &Command) -> usize {
         }
     }
     32 + match command {
+        Command::BulkStage { chunk, .. } => chunk.len(),
+        // A commit goes alone in its entry (`bulk.rs`): it never fits beside anything.
+        Command::BulkCommit { .. } => usize::MAX / 4,
+        Command::BulkAbort { .. } => 32,
         Command::Write { ops, .. } | Command::LimitedWrite { ops, .. } => {
             ops.iter().map(write_size).sum::<usize>()
         }
@@ -144,12 +150,19 @@ impl Batcher {
 
     /// Enqueues `command` and waits for its outcome.
     pub async fn write(&self, command: Command) -> WriteReply {
+        self.write_within(command, None).await
+    }
+
+    /// [`Batcher::write`] waiting up to `timeout` for the outcome (`None`: the configured
+    /// write timeout) before it reports the write ambiguous.
+    pub async fn write_within(&self, command: Command, timeout: Option<Duration>) -> WriteReply {
         let (reply, rx) = oneshot::channel();
         let size_bytes = approx_size_bytes(&command);
         self.tx
             .send(Proposal {
                 command,
                 size_bytes,
+                timeout,
                 reply,
             })
             .await
@@ -210,6 +223,11 @@ async fn propose(
 ) {
     let mut commands = Vec::with_capacity(batch.len());
     let mut replies = Vec::with_capacity(batch.len());
+    let timeout = batch
+        .iter()
+        .filter_map(|p| p.timeout)
+        .max()
+        .unwrap_or(config.write_timeout);
     for p in batch {
         commands.push(p.command);
         replies.push(p.reply);
@@ -217,7 +235,7 @@ async fn propose(
     let started = std::time::Instant::now();
     let pending = metrics::gauge!(crate::telemetry::PROPOSALS_PENDING);
     pending.increment(1.0);
-    let outcome = propose_entry(&raft, &config, commands).await;
+    let outcome = propose_entry(&raft, timeout, commands).await;
     pending.decrement(1.0);
     if outcome.is_err() {
         metrics::counter!(crate::telemetry::PROPOSALS_FAILED_TOTAL).increment(1);
@@ -263,17 +281,17 @@ async fn propose(
 /// Proposes one entry; returns the per-command results and the entry's index.
 async fn propose_entry(
     raft: &Raft,
-    config: &BatcherConfig,
+    write_timeout: Duration,
     commands: Vec<Command>,
 ) -> Result<(Vec<CommandResult>, u64), ClusterError> {
     let rx = raft
         .client_write_ff(EntryCommands { commands })
         .await
         .map_err(fatal_to_error)?;
-    match tokio::time::timeout(config.write_timeout, rx).await {
+    match tokio::time::timeout(write_timeout, rx).await {
         Err(_) => Err(ClusterError::Ambiguous(format!(
             "no outcome within {} ms (leader change or lost quorum)",
-            config.write_timeout.as_millis()
+            write_timeout.as_millis()
         ))),
         Ok(Err(_)) => Err(ClusterError::Ambiguous(
             "raft stopped before the outcome was known".into(),

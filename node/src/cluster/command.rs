@@ -12,7 +12,7 @@
 //! before the limits were stamped) apply unchecked, as they were applied when first committed,
 //! so replaying an old log gives the state it gave then.
 
-use ftkv_engine::{UpsertOp, WriteOp};
+use ftkv_engine::{OnDuplicate, UpsertOp, WriteOp};
 use serde::{Deserialize, Serialize};
 
 /// Exactly-once identity of a client write (Raft thesis section 6.3; RIFL).
@@ -105,6 +105,17 @@ pub struct ApplyLimits {
     pub max_response_bytes: u64,
 }
 
+/// Identity of one bulk load (`bulk.rs`): the term of the leader that took it and a nonce that
+/// leader picked. Chunks of a load are only staged in entries of that term: a leader change
+/// cancels the load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct LoadId {
+    /// Term of the leader that took the load.
+    pub term: u64,
+    /// Picked by that leader, unique among its loads.
+    pub nonce: u64,
+}
+
 /// A replicated command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
@@ -155,6 +166,34 @@ pub enum Command {
         /// The proposer's limits.
         limits: ApplyLimits,
     },
+    /// One chunk of a bulk load's rows (`bulk.rs` chunk format), staged under the reserved key
+    /// space where no reader sees it, until the load's [`Command::BulkCommit`].
+    BulkStage {
+        /// The load.
+        load: LoadId,
+        /// Chunk number, from 0.
+        seq: u32,
+        /// The encoded chunk.
+        #[serde(with = "serde_bytes")]
+        chunk: Vec<u8>,
+    },
+    /// Makes a bulk load's staged rows visible, all at once, and deletes its staging. Must be
+    /// the only command of its entry.
+    BulkCommit {
+        /// The load.
+        load: LoadId,
+        /// Chunks staged (`0..chunks` must all be there).
+        chunks: u32,
+        /// Rows in those chunks.
+        rows: u64,
+        /// Duplicate policy.
+        on_duplicate: OnDuplicate,
+    },
+    /// Cancels a bulk load: its staged chunks are deleted.
+    BulkAbort {
+        /// The load.
+        load: LoadId,
+    },
 }
 
 /// What a command does, apart from its session and limits (see [`Command::into_parts`]).
@@ -203,12 +242,26 @@ impl Command {
             | Command::Txn { session, .. }
             | Command::LimitedWrite { session, .. }
             | Command::LimitedTxn { session, .. } => *session,
+            Command::BulkStage { .. } | Command::BulkCommit { .. } | Command::BulkAbort { .. } => None,
         }
     }
 
+    /// Whether this is one of the bulk-load commands, which the state machine applies itself
+    /// (`bulk.rs`), never through [`Command::into_parts`].
+    pub fn is_bulk(&self) -> bool {
+        matches!(
+            self,
+            Command::BulkStage { .. } | Command::BulkCommit { .. } | Command::BulkAbort { .. }
+        )
+    }
+
     /// The limits stamped in the command (`None`: an unlimited `Write` or `Txn`) and its body.
+    /// A bulk-load command (see [`Command::is_bulk`]) has an empty body.
     pub(crate) fn into_parts(self) -> (Option<ApplyLimits>, CommandBody) {
         match self {
+            Command::BulkStage { .. } | Command::BulkCommit { .. } | Command::BulkAbort { .. } => {
+                (None, CommandBody::Write(Vec::new()))
+            }
             Command::Write { ops, .. } => (None, CommandBody::Write(ops)),
             Command::LimitedWrite { ops, limits, .. } => (Some(limits), CommandBody::Write(ops)),
             Command::Txn {
@@ -288,6 +341,34 @@ pub enum CommandResult {
     /// applied. The server refuses such requests before they are proposed; this is the state
     /// machine's own guard.
     ReservedKey,
+    /// A bulk-load chunk was staged.
+    BulkStaged,
+    /// A bulk load committed: its rows are visible.
+    BulkLoaded {
+        /// Rows ingested from the staged chunks.
+        rows_read: u64,
+        /// Rows written as new keys.
+        rows_written: u64,
+        /// Rows that replaced a value or an earlier row.
+        rows_replaced: u64,
+        /// Rows skipped as duplicates.
+        rows_skipped: u64,
+    },
+    /// A bulk load under `OnDuplicate::Error` met a key twice: nothing of it applied.
+    BulkDuplicate {
+        /// The key.
+        key: Vec<u8>,
+        /// Row of its first occurrence (`None`: it existed before the load).
+        first_row: Option<u64>,
+        /// Row of the duplicate.
+        second_row: u64,
+    },
+    /// A bulk load was cancelled (by a leader change, a `BulkAbort`, missing chunks, or a
+    /// commit not alone in its entry): nothing of it applied, its staging deleted.
+    BulkCancelled {
+        /// Why.
+        reason: String,
+    },
 }
 
 impl CommandResult {
@@ -328,6 +409,9 @@ impl Command {
                 failure,
                 ..
             } => postcard::to_stdvec(&(1u8, compares, success, failure)),
+            bulk @ (Command::BulkStage { .. } | Command::BulkCommit { .. } | Command::BulkAbort { .. }) => {
+                postcard::to_stdvec(&(2u8, bulk))
+            }
         };
         // Encoding into a Vec cannot fail for these types; if it ever did, every replica would
         // fail the same way and fingerprint 0 keeps the outcome deterministic.

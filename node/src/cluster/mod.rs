@@ -22,6 +22,7 @@
 mod apply;
 pub mod backup_image;
 mod batcher;
+pub mod bulk;
 pub mod cluster_id;
 pub mod command;
 mod crash_point;
@@ -591,6 +592,35 @@ impl ClusterNode {
             }
         }
         self.inner.batcher.write(command).await
+    }
+
+    /// [`ClusterNode::write`] of a bulk-load command, waiting up to `timeout` for its outcome
+    /// (a commit ingests a whole load in one apply). Refused unless this node leads in `term`
+    /// (the load's term): a load never outlives its leader.
+    pub async fn write_bulk(
+        &self,
+        command: Command,
+        term: u64,
+        timeout: std::time::Duration,
+    ) -> Result<(CommandResult, u64), ClusterError> {
+        let _in_flight = self.inner.drain.enter(self.inner.config.node_id)?;
+        if self.inner.stopped.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(ClusterError::Unavailable("node is shutting down".into()));
+        }
+        self.refuse_if_removed()?;
+        if let Some(alarm) = self.inner.space.alarm() {
+            if !crate::space::only_frees_space(&command) {
+                return Err(ClusterError::NoSpace(Box::new(alarm)));
+            }
+        }
+        let status = self.status();
+        if status.role != "leader" || status.term != term {
+            return Err(ClusterError::NotLeader {
+                leader_id: status.leader_id,
+                leader_client_addr: status.leader_client_addr,
+            });
+        }
+        self.inner.batcher.write_within(command, Some(timeout)).await
     }
 
     /// The id of the cluster this node belongs to (0: none yet; see `cluster_id`).

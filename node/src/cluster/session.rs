@@ -117,7 +117,11 @@ fn value_bytes(result: &CommandResult) -> u64 {
         | CommandResult::SequenceReused
         | CommandResult::ValueTooLarge { .. }
         | CommandResult::ResponseTooLarge { .. }
-        | CommandResult::ReservedKey => 0,
+        | CommandResult::ReservedKey
+        | CommandResult::BulkStaged
+        | CommandResult::BulkLoaded { .. }
+        | CommandResult::BulkCancelled { .. } => 0,
+        CommandResult::BulkDuplicate { key, .. } => key.len() as u64,
     }
 }
 

@@ -29,6 +29,7 @@ use super::session::{ClientSession, KeptResult, SessionTable, Tombstone};
 const RECORD_VERSION: u8 = 1;
 /// Tag after the reserved prefix of a client-session key.
 const SESSION_TAG: u8 = b's';
+const _: () = assert!(super::bulk::STAGING_TAG < SESSION_TAG && SESSION_TAG < TOMBSTONE_TAG);
 /// Tag after the reserved prefix of a tombstone key.
 const TOMBSTONE_TAG: u8 = b't';
 /// Pairs read per engine scan while loading the table.
@@ -230,6 +231,21 @@ pub(super) fn check_record(k: &[u8], v: &[u8]) -> Result<(), SessionStoreError> 
     if !is_reserved(k) {
         return Ok(());
     }
+    if k.get(RESERVED_KEY_PREFIX.len()) == Some(&super::bulk::STAGING_TAG) {
+        // A staged bulk-load chunk: its key must parse and the chunk must decode.
+        return match super::bulk::parse_staging_key(k) {
+            Some(_) => super::bulk::decode_chunk(v, "in a snapshot")
+                .map(|_| ())
+                .map_err(|e| SessionStoreError::BadRecord {
+                    key: hex(k),
+                    detail: e.to_string(),
+                }),
+            None => Err(SessionStoreError::BadRecord {
+                key: hex(k),
+                detail: "not a staging key".into(),
+            }),
+        };
+    }
     parse_record(k, v).map(|_| ())
 }
 
@@ -297,7 +313,9 @@ impl SessionTable {
             next_sweep_index,
             ..SessionTable::default()
         };
+        // Sessions and tombstones sort after the bulk-load staging area (`'b' < 's' < 't'`).
         let mut from = RESERVED_KEY_PREFIX.to_vec();
+        from.push(SESSION_TAG);
         loop {
             let page = engine.scan(&from, None, LOAD_PAGE_PAIRS)?;
             let full = page.len() >= LOAD_PAGE_PAIRS;

@@ -39,13 +39,15 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use ftkv_engine::{Engine, EngineError};
+use ftkv_engine::{Engine, EngineError, WriteOp};
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, ErrorSubject, OptionalSend};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::apply::{apply_command, ApplyBatch};
+use super::bulk::{self, StagedLoads};
+use super::command::{Command, CommandResult};
 use super::crash_point;
 use super::session::SessionTable;
 use super::session_store::check_record;
@@ -96,10 +98,12 @@ pub fn decode_meta(bytes: &[u8]) -> Result<PersistedMeta, String> {
     }
 }
 
-/// What the apply lock guards: the metadata and the session table it goes with.
+/// What the apply lock guards: the metadata and the session table and staged bulk loads it
+/// goes with.
 struct SmState {
     meta: PersistedMeta,
     sessions: SessionTable,
+    bulk: StagedLoads,
 }
 
 impl SmState {
@@ -111,7 +115,8 @@ impl SmState {
         };
         let sessions =
             SessionTable::load(engine, meta.next_session_sweep_index).map_err(|e| e.to_string())?;
-        Ok(SmState { meta, sessions })
+        let bulk = StagedLoads::load(engine).map_err(|e| e.to_string())?;
+        Ok(SmState { meta, sessions, bulk })
     }
 
     /// The metadata blob as of now (the sweep index copied from the session table).
@@ -379,27 +384,54 @@ fn apply_entries(shared: &Shared, entries: Vec<Entry>) -> Result<Vec<EntryResult
     let mut out = Vec::with_capacity(entries.len());
     for entry in entries {
         let log_id = entry.log_id;
-        state.meta.last_applied = Some(log_id);
+        // Any entry of a later term cancels the bulk loads of earlier terms (`bulk.rs`).
+        state.bulk.cancel_before(log_id.leader_id.term, &mut batch.ops);
         match entry.payload {
-            EntryPayload::Blank => out.push(EntryResults::default()),
+            EntryPayload::Blank => {
+                state.meta.last_applied = Some(log_id);
+                out.push(EntryResults::default());
+            }
             EntryPayload::Normal(payload) => {
+                if let [Command::BulkCommit { .. }] = payload.commands.as_slice() {
+                    // Everything before this entry first (its metadata at the entry before),
+                    // then the load alone, atomically with this entry's metadata.
+                    flush(shared, &mut state, std::mem::take(&mut batch.ops))?;
+                    batch = ApplyBatch::new(shared.engine.as_ref());
+                    state.meta.last_applied = Some(log_id);
+                    let result = commit_load(shared, &mut state, payload.commands, log_id)?;
+                    out.push(EntryResults {
+                        results: vec![result],
+                    });
+                    continue;
+                }
+                state.meta.last_applied = Some(log_id);
                 let mut results = Vec::with_capacity(payload.commands.len());
                 for command in payload.commands {
-                    results.push(
+                    let result = if command.is_bulk() {
+                        apply_bulk(&mut state.bulk, command, log_id.leader_id.term, &mut batch.ops)
+                    } else {
                         apply_command(&mut batch, &mut state.sessions, command, log_id.index)
-                            .map_err(|e| write_error(ErrorSubject::Apply(log_id), e))?,
-                    );
+                            .map_err(|e| write_error(ErrorSubject::Apply(log_id), e))?
+                    };
+                    results.push(result);
                 }
                 out.push(EntryResults { results });
             }
             EntryPayload::Membership(m) => {
+                state.meta.last_applied = Some(log_id);
                 state.meta.last_membership = StoredMembership::new(Some(log_id), m);
                 out.push(EntryResults::default());
             }
         }
     }
-    // Only the sessions this round changed, after its data, in the same atomic write.
-    let mut ops = std::mem::take(&mut batch.ops);
+    flush(shared, &mut state, std::mem::take(&mut batch.ops))?;
+    metrics::histogram!("ftkv_sm_apply_seconds").record(started.elapsed());
+    Ok(out)
+}
+
+/// Writes `ops` with the sessions changed since the last write and the metadata as `state` has
+/// it now, in one atomic engine write.
+fn flush(shared: &Shared, state: &mut SmState, mut ops: Vec<WriteOp>) -> Result<(), StorageError> {
     state.sessions.take_changes(&mut ops).map_err(sm_write_error)?;
     let meta = state.encoded_meta().map_err(sm_write_error)?;
     shared
@@ -409,8 +441,92 @@ fn apply_entries(shared: &Shared, entries: Vec<Entry>) -> Result<Vec<EntryResult
     if let Some(l) = state.meta.last_applied {
         shared.applied_index.store(l.index, Ordering::Release);
     }
-    metrics::histogram!("ftkv_sm_apply_seconds").record(started.elapsed());
-    Ok(out)
+    Ok(())
+}
+
+/// A bulk-load command that is not a commit alone in its entry (`bulk.rs`).
+fn apply_bulk(
+    staged: &mut StagedLoads,
+    command: Command,
+    term: u64,
+    ops: &mut Vec<WriteOp>,
+) -> CommandResult {
+    match command {
+        Command::BulkStage { load, seq, chunk } => staged.stage(load, seq, chunk, term, ops),
+        Command::BulkAbort { load } => staged.abort(load, ops),
+        Command::BulkCommit { load, .. } => {
+            staged.abort(load, ops);
+            CommandResult::BulkCancelled {
+                reason: "a bulk commit must be the only command of its entry".into(),
+            }
+        }
+        _ => CommandResult::BulkCancelled {
+            reason: "not a bulk-load command".into(),
+        },
+    }
+}
+
+/// Applies an entry that holds one `BulkCommit` (`state.meta.last_applied` is the entry): the
+/// load's rows, its staging deletion and the metadata in one `Engine::bulk_load`; a refused
+/// load deletes its staging in an ordinary write.
+fn commit_load(
+    shared: &Shared,
+    state: &mut SmState,
+    commands: Vec<Command>,
+    log_id: LogId,
+) -> Result<CommandResult, StorageError> {
+    let Some(Command::BulkCommit {
+        load,
+        chunks,
+        rows,
+        on_duplicate,
+    }) = commands.into_iter().next()
+    else {
+        return Err(sm_write_error("commit_load called without a BulkCommit"));
+    };
+    let mut ops = Vec::new();
+    if let Err(refused) = state
+        .bulk
+        .take_for_commit(load, chunks, log_id.leader_id.term, &mut ops)
+    {
+        flush(shared, state, ops)?;
+        return Ok(refused);
+    }
+    let meta = state.encoded_meta().map_err(sm_write_error)?;
+    let started = std::time::Instant::now();
+    let result = bulk::ingest(
+        shared.engine.as_ref(),
+        load,
+        chunks,
+        on_duplicate,
+        Vec::new(),
+        &meta,
+    )
+    .map_err(|e| write_error(ErrorSubject::Apply(log_id), e))?;
+    match &result {
+        CommandResult::BulkLoaded { rows_read, .. } if *rows_read == rows => {
+            shared.applied_index.store(log_id.index, Ordering::Release);
+            tracing::info!(
+                rows,
+                chunks,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "bulk load committed"
+            );
+        }
+        CommandResult::BulkLoaded { rows_read, .. } => {
+            // The leader counted the rows it staged; a replica that ingested another number
+            // holds different data: stop, never diverge silently.
+            return Err(write_error(
+                ErrorSubject::Apply(log_id),
+                format!("bulk load ingested {rows_read} rows, its commit says {rows}"),
+            ));
+        }
+        _ => {
+            // Refused whole (a duplicate): delete the staging, keep nothing of the load.
+            flush(shared, state, vec![bulk::delete_load(load)])?;
+        }
+    }
+    Ok(result)
 }
 
 fn build_snapshot_blocking(shared: &Shared, seq: u64) -> Result<(SnapshotMeta, PathBuf), BuildError> {

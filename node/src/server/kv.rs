@@ -121,6 +121,15 @@ impl KvService {
 impl Kv for KvService {
     type BatchStream = super::batch::BatchStream;
 
+    async fn bulk_load(
+        &self,
+        request: Request<tonic::Streaming<pb::BulkLoadRequest>>,
+    ) -> Result<Response<pb::BulkLoadResponse>, Status> {
+        super::bulk_load::serve(&self.cluster, &self.limits, request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
     async fn batch(
         &self,
         request: Request<tonic::Streaming<pb::BatchRequest>>,

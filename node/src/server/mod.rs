@@ -9,6 +9,7 @@
 //! inside that accept path ([`crate::tls::accept`]), under the same handshake timeout.
 
 pub mod batch;
+mod bulk_load;
 pub mod cluster_svc;
 pub mod conn;
 pub mod convert;

@@ -91,9 +91,11 @@ fn install_snapshot_blocking(
     shared
         .applied_index
         .store(persisted.last_applied.map_or(0, |l| l.index), Ordering::Release);
+    let bulk = StagedLoads::load(shared.engine.as_ref()).map_err(snapshot_error)?;
     *state = SmState {
         meta: persisted,
         sessions,
+        bulk,
     };
     *shared.current.lock() = Some(meta);
     Ok(())
