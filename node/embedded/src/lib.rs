@@ -115,7 +115,7 @@ use ftkv_log::{Log, LogError, LogOptions, LogStats};
 use ftkv_vfs::{RealVfs, Vfs};
 use parking_lot::{Condvar, Mutex};
 
-pub use ftkv_engine::{EngineKind, UpsertOp, WriteOp};
+pub use ftkv_engine::{BulkLoadOptions, BulkLoadReport, EngineKind, OnDuplicate, UpsertOp, WriteOp};
 pub use ftkv_log::SyncMode;
 
 use crate::codec::{CodecError, EngineMeta, LOG_IDENTITY_KEY};
@@ -657,6 +657,66 @@ impl Db {
             }
         }
         Ok(lsn)
+    }
+
+    /// Loads `rows` (any order) with the engine's bulk path ([`ftkv_engine::Engine::bulk_load`]:
+    /// sorted in bounded memory, built bottom-up into an empty tree, messages otherwise), then
+    /// takes a checkpoint, so the load is durable when this returns **without writing its rows
+    /// to the log**. The rows become visible together (atomically for readers); on error none of
+    /// them is. Duplicates follow `opts.on_duplicate`.
+    ///
+    /// Durability and concurrency: the load runs under the writer lock (concurrent `write`s wait
+    /// for its apply, not for its checkpoint). A crash before the checkpoint finished loses the
+    /// load (it never returned `Ok`: rerun it), and batches written after it but before the
+    /// checkpoint are replayed on the state without it. Rows above the key and value limits are
+    /// refused (`InvalidArgument`, nothing loaded).
+    ///
+    /// Errors: `Engine(DuplicateKey)` for a duplicate with `OnDuplicate::Error`, the first error
+    /// of `rows`, `InvalidArgument` for an oversized row (these leave the database usable);
+    /// `Engine` for a storage fault (poisons the database); `Poisoned` after a fault.
+    pub fn bulk_load(
+        &self,
+        rows: &mut dyn Iterator<Item = ftkv_engine::Result<KeyValue>>,
+        opts: &BulkLoadOptions,
+    ) -> Result<BulkLoadReport> {
+        let sh = &*self.shared;
+        sh.check_poison()?;
+        let (max_key, max_value) = (sh.opts.max_key_bytes, sh.opts.max_value_bytes);
+        let mut checked = rows.enumerate().map(|(i, r)| {
+            let (k, v) = r?;
+            if k.len() > max_key || v.len() > max_value {
+                return Err(EngineError::InvalidArgument(format!(
+                    "bulk row {i}: key of {} bytes or value of {} bytes above max_key_bytes {max_key} / max_value_bytes {max_value}",
+                    k.len(),
+                    v.len()
+                )));
+            }
+            Ok((k, v))
+        });
+        let _serial = sh.checkpoint_lock.lock();
+        let report = {
+            let w = sh.writer.lock();
+            sh.check_poison()?;
+            // The meta keeps the applied LSN: the load is not a log record.
+            match sh
+                .engine
+                .bulk_load(&mut checked, opts, &[], Some(&sh.meta_for(w.last_lsn)))
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    let keeps = matches!(
+                        e,
+                        EngineError::DuplicateKey { .. }
+                            | EngineError::InvalidArgument(_)
+                            | EngineError::NoSpace { .. }
+                    );
+                    let e = EmbeddedError::from(e);
+                    return Err(if keeps { e } else { sh.fail(e) });
+                }
+            }
+        };
+        sh.checkpoint_locked()?;
+        Ok(report)
     }
 
     /// Checks `ops` against the size limits and encodes them.

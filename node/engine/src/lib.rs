@@ -24,6 +24,7 @@
 )]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod bulk;
 pub mod fractal;
 pub mod model;
 pub mod ops;
@@ -32,6 +33,7 @@ pub mod sled_engine;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+pub use bulk::{BulkLoadOptions, BulkLoadReport, OnDuplicate};
 pub use fractal::{FractalEngine, FractalOptions, TreeParams, DEFAULT_CLEANER_PERIOD_MS, TREE_FILE_NAME};
 pub use ops::{apply_upsert, UpsertOp, WriteOp};
 
@@ -87,6 +89,17 @@ pub enum EngineError {
     /// Error from the sled comparison engine.
     #[error("sled: {0}")]
     Sled(String),
+    /// A bulk load met a key twice with OnDuplicate::Error. Indexes are 0-based positions in the load's input;
+    /// `first_index` is None when the key already existed in the engine before the load.
+    #[error("duplicate key {key:?} at input rows {first_index:?} and {second_index}")]
+    DuplicateKey {
+        /// The key.
+        key: Vec<u8>,
+        /// Position of its first row in the input (`None`: the key existed before the load).
+        first_index: Option<u64>,
+        /// Position of its (next) row in the input.
+        second_index: u64,
+    },
 }
 
 impl EngineError {
@@ -200,6 +213,25 @@ pub trait Engine: Send + Sync + 'static {
     /// call is meant to be retried once space is freed (the fractal tree may meanwhile serve
     /// the new contents from memory, when only the final checkpoint failed).
     fn replace_all(&self, pairs: &mut dyn Iterator<Item = Result<KeyValue>>, meta: &[u8]) -> Result<()>;
+
+    /// Loads `rows` (any order) atomically: every row, then `extra_ops` (applied after the rows, e.g. the caller's
+    /// cleanup of staging keys), and `meta` (when Some) become visible in one step, or on error nothing changes
+    /// (and for the fractal tree no block or temporary file is leaked). Durable at the next checkpoint, as `write`.
+    /// Called from the writer thread, like `write`.
+    ///
+    /// Duplicates are resolved by `opts.on_duplicate`, deterministically (module [`bulk`]).
+    /// Errors: `DuplicateKey` (Error policy), the first error `rows` returns, and the engine's
+    /// own (`Io`, `NoSpace`, ...). The default collects the rows in memory, sorts them and
+    /// applies them with one [`Engine::write_owned`].
+    fn bulk_load(
+        &self,
+        rows: &mut dyn Iterator<Item = Result<KeyValue>>,
+        opts: &BulkLoadOptions,
+        extra_ops: &[WriteOp],
+        meta: Option<&[u8]>,
+    ) -> Result<BulkLoadReport> {
+        bulk::default_bulk_load(self, rows, opts, extra_ops, meta)
+    }
 
     /// Walks every structure and checks every invariant; a violation is `Corruption`.
     fn check_integrity(&self) -> Result<IntegrityReport>;

@@ -10,6 +10,10 @@ pub struct FractalEngine {
     pub(crate) _cleaner: Option<Cleaner>,
     pub(crate) inner: Arc<RwLock<Inner>>,
     pub(crate) path: PathBuf,
+    /// The file system the engine opened with (bulk loads spill their sorted runs through it).
+    pub(crate) vfs: Arc<dyn Vfs>,
+    /// The engine directory.
+    pub(crate) dir: PathBuf,
     /// Serializes checkpoints (and bulk loads, which end with one); taken before `inner`.
     pub(crate) checkpoint_lock: Mutex<()>,
     /// Figures of the last checkpoint.
@@ -41,6 +45,9 @@ impl FractalEngine {
         params.validate()?;
         vfs.create_dir_all(&opts.dir)
             .map_err(io(format!("create {}", opts.dir.display())))?;
+        // Temporary files of a bulk load that a crash interrupted (their rows never became
+        // visible: the load applies nothing before its sort ends).
+        bulk::remove_leftovers(vfs.as_ref(), &opts.dir)?;
         let path = opts.dir.join(TREE_FILE_NAME);
         if !vfs.exists(&path) {
             create_tree_file(vfs.as_ref(), &opts.dir, opts, params)?;
@@ -80,6 +87,8 @@ impl FractalEngine {
             _cleaner: cleaner,
             inner,
             path,
+            vfs,
+            dir: opts.dir.clone(),
             checkpoint_lock: Mutex::new(()),
             last_checkpoint: Mutex::new(None),
         })
@@ -150,10 +159,21 @@ impl FractalEngine {
     fn write_msgs(
         &self,
         n: usize,
-        mut msg_at: impl FnMut(usize, Msn) -> Option<Msg>,
+        msg_at: impl FnMut(usize, Msn) -> Option<Msg>,
         meta: Option<&[u8]>,
     ) -> Result<()> {
         let mut inner = self.inner.write();
+        Self::write_msgs_locked(&mut inner, n, msg_at, meta)
+    }
+
+    /// [`FractalEngine::write_msgs`] with the engine lock held (a bulk load injects its
+    /// messages inside its own exclusive section).
+    pub(crate) fn write_msgs_locked(
+        inner: &mut Inner,
+        n: usize,
+        mut msg_at: impl FnMut(usize, Msn) -> Option<Msg>,
+        meta: Option<&[u8]>,
+    ) -> Result<()> {
         // A fault the cleaner thread met is returned, named, by the next write (then
         // `Poisoned`, like any other fault).
         if let Some(e) = inner.background_error.take() {
@@ -350,6 +370,16 @@ impl Engine for FractalEngine {
                 Err(e)
             }
         }
+    }
+
+    fn bulk_load(
+        &self,
+        rows: &mut dyn Iterator<Item = Result<KeyValue>>,
+        opts: &crate::BulkLoadOptions,
+        extra_ops: &[WriteOp],
+        meta: Option<&[u8]>,
+    ) -> Result<crate::BulkLoadReport> {
+        self.bulk_load_fractal(rows, opts, extra_ops, meta)
     }
 
     fn check_integrity(&self) -> Result<IntegrityReport> {

@@ -91,6 +91,7 @@
 //! need one frame of a leaf whose skeleton is cached; a read that misses otherwise retries
 //! under the exclusive lock, loading nodes and evicting. Writes take the exclusive lock.
 mod background;
+mod bulk;
 #[cfg(test)]
 mod checkpoint_tests;
 #[cfg(test)]

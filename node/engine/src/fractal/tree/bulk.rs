@@ -34,7 +34,7 @@ impl Tree {
             .collect();
         let mut new_ids = Vec::new();
         match self.build(pairs, &mut new_ids) {
-            Ok(root) => {
+            Ok((root, _leaves)) => {
                 for id in old_ids {
                     self.store.delete(id);
                 }
@@ -51,11 +51,14 @@ impl Tree {
         }
     }
 
+    /// Builds a tree bottom-up from strictly ascending `pairs`, writing every node (uncached) as
+    /// it goes; returns the root and the number of leaves. The ids of the nodes written are
+    /// pushed to `ids` (for the caller to delete on error).
     pub(crate) fn build(
         &mut self,
         pairs: &mut dyn Iterator<Item = Result<KeyValue>>,
         ids: &mut Vec<NodeId>,
-    ) -> Result<NodeId> {
+    ) -> Result<(NodeId, u64)> {
         let p = self.params;
         let fill = p.node_size_bytes * 7 / 8;
         let mut level: Vec<(Vec<u8>, NodeId)> = Vec::new();
@@ -80,6 +83,7 @@ impl Tree {
         if !cur.is_empty() || level.is_empty() {
             self.emit_leaf(cur, &mut level, ids)?;
         }
+        let leaves = level.len() as u64;
         let mut height = 1;
         while level.len() > 1 {
             let mut next = Vec::new();
@@ -102,7 +106,7 @@ impl Tree {
         }
         level
             .first()
-            .map(|l| l.1)
+            .map(|l| (l.1, leaves))
             .ok_or_else(|| corrupt("bulk load", "no root built"))
     }
 
@@ -119,6 +123,41 @@ impl Tree {
         self.store.write_uncached(id, &leaf)?;
         level.push((first_key, id));
         Ok(())
+    }
+
+    /// A bulk load into a tree that holds no data: builds the loaded rows (strictly ascending)
+    /// into a new tree and switches to it, dropping the old tree (its buffered messages, e.g.
+    /// deletes, can only concern keys that hold no value, and the load is newer than all of
+    /// them). The new leaves start at MSN 0 like any built tree, and every later message has a
+    /// higher MSN. Returns the number of leaves built. On error before the switch the old tree
+    /// is untouched and the new blocks are released. Nothing is checkpointed: the old
+    /// checkpoint keeps its blocks until the next one commits (as with any deleted node).
+    pub(crate) fn graft_whole(&mut self, pairs: &mut dyn Iterator<Item = Result<KeyValue>>) -> Result<u64> {
+        self.cancel_flushes();
+        let old_ids: HashSet<NodeId> = self
+            .store
+            .btt_ids()
+            .chain(self.store.cached_ids())
+            .chain(self.store.pending_run_ids())
+            .collect();
+        let mut new_ids = Vec::new();
+        match self.build(pairs, &mut new_ids) {
+            Ok((root, leaves)) => {
+                for id in old_ids {
+                    self.store.delete(id);
+                }
+                self.root = root;
+                // The root stays cached (it is pinned by eviction and read by every call).
+                self.store.get(root)?;
+                Ok(leaves)
+            }
+            Err(e) => {
+                for id in new_ids {
+                    self.store.delete(id);
+                }
+                Err(e)
+            }
+        }
     }
 
     // --------------------------------------------------------------------------------------
