@@ -227,7 +227,7 @@ async fn duplicate_modes_are_error_replace_and_ignore() {
     assert!(out.success(), "{out:?}");
     assert!(
         out.stdout
-            .contains("Records: 3  Written: 1  Replaced: 2  Skipped: 0"),
+            .contains("Records: 3  Written: 3  Replaced: 2  Skipped: 0"),
         "{}",
         out.stdout
     );

@@ -229,7 +229,7 @@ pub async fn run(client: &Client, args: &LoadArgs) -> anyhow::Result<String> {
             }
         }
         row += 1;
-        if row % 65_536 == 0 {
+        if row.is_multiple_of(65_536) {
             bar.set_message(format!(
                 "{row} rows, {:.0} rows/s",
                 row as f64 / started.elapsed().as_secs_f64().max(1e-3)

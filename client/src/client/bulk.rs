@@ -31,7 +31,7 @@ pub enum OnDuplicate {
 pub struct BulkLoadReport {
     /// Rows the cluster ingested.
     pub rows_read: u64,
-    /// Rows written as new keys.
+    /// Keys stored (new ones and replaced ones).
     pub rows_written: u64,
     /// Rows that replaced a value or an earlier row.
     pub rows_replaced: u64,

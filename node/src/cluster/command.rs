@@ -347,7 +347,7 @@ pub enum CommandResult {
     BulkLoaded {
         /// Rows ingested from the staged chunks.
         rows_read: u64,
-        /// Rows written as new keys.
+        /// Keys stored (new and replaced).
         rows_written: u64,
         /// Rows that replaced a value or an earlier row.
         rows_replaced: u64,

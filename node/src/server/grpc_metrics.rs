@@ -23,6 +23,7 @@ use tonic::codegen::http::{HeaderMap, Request, Response};
 /// The streaming methods the node serves (`/service/method`): never logged as slow.
 pub const STREAMING_METHODS: &[&str] = &[
     "/ftkv.v1.Kv/Batch",
+    "/ftkv.v1.Kv/BulkLoad",
     "/ftkv.v1.Maintenance/Snapshot",
     "/grpc.health.v1.Health/Watch",
     "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
