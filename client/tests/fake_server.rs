@@ -682,3 +682,41 @@ async fn a_draining_node_is_not_asked_again_during_the_call() {
     );
     assert_eq!(shared.lock().unwrap().kv.get(&b"k"[..]), Some(&b"v".to_vec()));
 }
+
+#[tokio::test]
+async fn a_bulk_load_started_during_an_election_waits_for_the_leader() {
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let node = FakeNode::follower(1, "", &shared);
+    node.refusals_before_leading.store(3, Ordering::SeqCst);
+    let ep = serve(node.clone()).await;
+    let client = Client::builder()
+        .endpoints([&ep])
+        .request_timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .unwrap();
+    // Three status rounds find no leader (an election); the fourth finds it.
+    let loader = client
+        .bulk_load(ftkv_client::OnDuplicate::Error)
+        .await
+        .expect("the load waits for the election instead of failing at once");
+    assert!(
+        ep.ends_with(loader.endpoint().trim_start_matches("http://")),
+        "{}",
+        loader.endpoint()
+    );
+
+    // No leader within the request timeout: Unavailable, naming the wait.
+    let never = serve(FakeNode::follower(2, "", &shared)).await;
+    let client = Client::builder()
+        .endpoints([&never])
+        .request_timeout(Duration::from_millis(700))
+        .build()
+        .await
+        .unwrap();
+    match client.bulk_load(ftkv_client::OnDuplicate::Error).await {
+        Err(Error::Unavailable { message }) => assert!(message.contains("within"), "{message}"),
+        Err(other) => panic!("expected Unavailable, got {other:?}"),
+        Ok(_) => panic!("a cluster without leader started a load"),
+    }
+}

@@ -11,6 +11,9 @@ use crate::error::{classify_status, Error, Result};
 /// request message limit.
 const MESSAGE_TARGET_BYTES: usize = 1 << 20;
 
+/// Pause between two rounds of status requests while no node reports itself leader.
+const LEADER_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Messages buffered between the caller and the gRPC stream.
 const MESSAGES_BUFFERED: usize = 8;
 
@@ -61,18 +64,31 @@ impl Client {
     /// Starts a bulk load on the leader (found by asking every endpoint's status). Rows go in
     /// with [`BulkLoader::push`]; [`BulkLoader::commit`] makes them visible together.
     ///
-    /// Errors: [`Error::Unavailable`] when no node reports itself leader.
+    /// Errors: [`Error::Unavailable`] when no node reports itself leader within the request
+    /// timeout (asked again every [`LEADER_POLL`], as during an election).
     pub async fn bulk_load(&self, on_duplicate: OnDuplicate) -> Result<BulkLoader> {
-        let leader = self
-            .status_all()
-            .await
-            .into_iter()
-            .filter_map(|(_, s)| s.ok())
-            .filter(|s| s.is_leader)
-            .max_by_key(|s| s.term)
-            .ok_or_else(|| Error::Unavailable {
-                message: "no node reports itself leader: cannot start a bulk load".into(),
-            })?;
+        let deadline = tokio::time::Instant::now() + self.inner.config.request_timeout;
+        let leader = loop {
+            let leader = self
+                .status_all()
+                .await
+                .into_iter()
+                .filter_map(|(_, s)| s.ok())
+                .filter(|s| s.is_leader)
+                .max_by_key(|s| s.term);
+            if let Some(leader) = leader {
+                break leader;
+            }
+            if tokio::time::Instant::now() + LEADER_POLL > deadline {
+                return Err(Error::Unavailable {
+                    message: format!(
+                        "no node reported itself leader within {:?}: cannot start a bulk load",
+                        self.inner.config.request_timeout
+                    ),
+                });
+            }
+            tokio::time::sleep(LEADER_POLL).await;
+        };
         let endpoint = if leader.client_endpoint.is_empty() {
             leader.endpoint.clone()
         } else {
