@@ -12,7 +12,7 @@ pub struct FtkvCluster {
     child: Child,
     /// Client endpoints.
     pub endpoints: Vec<String>,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 /// Finds `ftkv-node`: in `bin_dir` when given (a target `ftkv@DIR`), else in env
@@ -73,8 +73,14 @@ impl FtkvCluster {
         Ok(Self {
             child,
             endpoints,
-            _dir: dir,
+            dir,
         })
+    }
+
+    /// The playground's directory: `node-i` data dirs (engine file under `engine`, Raft log
+    /// under `log`), `node-i.log` node logs, `playground.log`, `endpoints`.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// A client over every endpoint.
