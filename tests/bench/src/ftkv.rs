@@ -144,9 +144,14 @@ pub async fn seed_idle_sessions(endpoints: &[String], count: u64) -> anyhow::Res
     Ok(())
 }
 
-impl Drop for FtkvCluster {
-    fn drop(&mut self) {
-        // SIGTERM lets the playground stop its children; then make sure.
+impl FtkvCluster {
+    /// Stops the playground (SIGTERM: each node syncs its log and checkpoints its engine before
+    /// it exits; SIGKILL after 15 s) and keeps its directory until the cluster is dropped, so
+    /// the data dirs can be measured at rest. Returns whether it stopped within the 15 s.
+    pub fn stop(&mut self) -> bool {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return true;
+        }
         let _ = Command::new("kill")
             .arg("-TERM")
             .arg(self.child.id().to_string())
@@ -154,11 +159,18 @@ impl Drop for FtkvCluster {
         let deadline = Instant::now() + Duration::from_secs(15);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+                return true;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        false
+    }
+}
+
+impl Drop for FtkvCluster {
+    fn drop(&mut self) {
+        self.stop();
     }
 }

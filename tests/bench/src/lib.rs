@@ -5,6 +5,7 @@
 //!   (BENCH.md, "How to measure honestly here").
 //! - `ftkv-bench engine`: the storage engines (fractal, sled, fjall) in-process.
 //! - `ftkv-bench restart`: the write pause of a rolling restart vs a crash failover.
+//! - `ftkv-bench bulk`: the bulk load (`ftkvctl load`) vs the same rows by `Put`, in the cluster.
 //!
 //! Depends on ftkv's client and engine crates and on the systems it compares against; nothing
 //! in ftkv depends on it.
@@ -13,6 +14,7 @@
 //! `key_space` keys with a `value_size`-byte value, for `duration`. Latency is recorded per
 //! request in an HDR histogram, and per second for the latency-over-time plot.
 
+pub mod bulk;
 pub mod engine;
 pub mod etcd;
 pub mod ftkv;

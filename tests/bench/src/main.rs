@@ -10,6 +10,18 @@
 //! `ftkv-bench engine --workload random-insert|beyond-memory|point-read|scan|compression|instant-ddl
 //! --engines fractal,sled,fjall [--rows N] [--memory-limit SIZE] [--runs 3] --json FILE` compares
 //! the storage engines, each run in a child process (see `ftkv_bench::engine`).
+//!
+//! `ftkv-bench restart [--clients 32] [--runs 3] --out DIR` measures the write pause of a rolling
+//! restart against a leader crash (see `ftkv_bench::restart`).
+//!
+//! `ftkv-bench bulk --rows 2000000 --runs 3 --put-rows 200000 --out DIR [--base-port P]
+//! [--targets ftkv,ftkv@DIR]` generates the seed's `user_summary` table as TSV (`DIR/
+//! user_summary-ROWS.tsv`, once), then each run times the real `ftkvctl load` of the whole file
+//! into a fresh three-node cluster and, on another fresh cluster, the first `put-rows` rows by
+//! `Put` from 128 concurrent clients; it checks every node holds every row, measures each node's
+//! engine and Raft log on disk, and writes `DIR/results.json` (every run, medians, the ratio bulk
+//! rows/s ÷ row-by-row rows/s, sizes against the text) and `DIR/bulk.svg` (see
+//! `ftkv_bench::bulk`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -107,6 +119,8 @@ enum Cmd {
     Engine(bench::engine::EngineArgs),
     /// Write pause of a rolling restart (SIGTERM, drain, hand-off) vs a leader crash (SIGKILL).
     Restart(bench::restart::RestartArgs),
+    /// Bulk load (`ftkvctl load`) vs the same rows by `Put`, through three-node clusters.
+    Bulk(bench::bulk::BulkArgs),
     /// Internal: one engine run, started by `engine` (not for direct use).
     #[command(hide = true)]
     EngineChild {
@@ -188,6 +202,7 @@ fn main() -> anyhow::Result<()> {
             bench::engine::child::run_child(&spec)
         }
         Cmd::Restart(args) => tokio::runtime::Runtime::new()?.block_on(bench::restart::run(&args)),
+        Cmd::Bulk(args) => tokio::runtime::Runtime::new()?.block_on(bench::bulk::run(&args)),
         cluster @ Cmd::Cluster { .. } => tokio::runtime::Runtime::new()?.block_on(run_cluster(cluster)),
     }
 }
