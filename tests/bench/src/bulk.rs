@@ -262,8 +262,11 @@ pub fn encode_line(line: &[u8]) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
     Ok((key, value))
 }
 
+/// Encoded rows: (key, value).
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// The first `n` rows of the TSV at `path`, encoded; and the bytes of text they came from.
-fn read_pairs(path: &Path, n: u64) -> anyhow::Result<(Vec<(Vec<u8>, Vec<u8>)>, u64)> {
+fn read_pairs(path: &Path, n: u64) -> anyhow::Result<(Pairs, u64)> {
     use std::io::BufRead;
     let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
@@ -486,7 +489,7 @@ async fn bulk_phase(
 async fn put_phase(
     port: u16,
     bin_dir: Option<&Path>,
-    pairs: &Arc<Vec<(Vec<u8>, Vec<u8>)>>,
+    pairs: &Arc<Pairs>,
     clients: usize,
 ) -> anyhow::Result<Phase> {
     let mut cluster = start_cluster(port, bin_dir).await?;
@@ -695,8 +698,9 @@ pub async fn run(args: &BulkArgs) -> anyhow::Result<()> {
     std::fs::write(
         &chart,
         crate::plot::bar_chart(
+            "user_summary into a three-node cluster: bulk load vs row-by-row Put",
             &format!(
-                "user_summary: bulk load of {} rows vs {} rows by Put ({} clients), median, min-max of {} runs",
+                "ftkvctl load of {} rows vs {} rows by Put from {} clients; median, whiskers min-max of {} runs",
                 args.rows, args.put_rows, args.clients, args.runs
             ),
             "rows/s",

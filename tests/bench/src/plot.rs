@@ -113,11 +113,12 @@ pub struct Bar {
 }
 
 /// An SVG bar chart of `bars`, left to right, each a filled bar up to its median with a whisker
-/// from its min to its max and the median written above it.
-pub fn bar_chart(title: &str, y_label: &str, bars: &[Bar]) -> String {
-    let (left, right, top, bottom) = (70.0, 30.0, 40.0, 60.0);
+/// from its min to its max and the median written above it; `note` is a smaller second line
+/// under the title (what was measured, how many runs).
+pub fn bar_chart(title: &str, note: &str, y_label: &str, bars: &[Bar]) -> String {
+    let (left, right, top, bottom) = (70.0, 30.0, 60.0, 60.0);
     let slot = 140.0;
-    let width = (left + right + slot * bars.len() as f64).max(420.0);
+    let width = (left + right + slot * bars.len() as f64).max(640.0);
     let height = 420.0;
     let y_max = bars.iter().map(|b| b.max.max(b.median)).fold(1e-9f64, f64::max) * 1.15;
     let sy = |y: f64| height - bottom - y / y_max * (height - top - bottom);
@@ -132,6 +133,11 @@ pub fn bar_chart(title: &str, y_label: &str, bars: &[Bar]) -> String {
         r#"<text x="{}" y="22" font-size="15">{}</text>"#,
         left,
         escape(title)
+    );
+    let _ = writeln!(
+        svg,
+        r##"<text x="{left}" y="40" font-size="11" fill="#555">{}</text>"##,
+        escape(note)
     );
     for i in 0..=5 {
         let y = y_max * f64::from(i) / 5.0;
@@ -239,6 +245,7 @@ mod tests {
         };
         let svg = bar_chart(
             "rows/s <med>",
+            "1 run",
             "rows/s",
             &[bar("bulk", 300_000.0), bar("put & co", 80_000.0)],
         );
