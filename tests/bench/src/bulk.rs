@@ -443,7 +443,7 @@ async fn bulk_phase(
         "{} not found: build it with `cargo build --release -p ftkv-client --bins`",
         ctl.display()
     );
-    let mut cluster = start_cluster(port, bin_dir).await?;
+    let cluster = start_cluster(port, bin_dir).await?;
     let mut cmd = tokio::process::Command::new(&ctl);
     cmd.arg(format!("--endpoints={}", cluster.endpoints.join(",")))
         .args(["--timeout=1h", "--request-timeout=10m", "load"])
@@ -466,23 +466,7 @@ async fn bulk_phase(
         stdout,
         String::from_utf8_lossy(&output.stderr).trim()
     );
-    let keys_per_node = check_every_node(&cluster, rows).await?;
-    let sizes_running = node_sizes(&cluster)?;
-    let stopped_cleanly = cluster.stop();
-    let sizes = node_sizes(&cluster)?;
-    drop(cluster);
-    Ok((
-        Phase {
-            rows,
-            secs,
-            rows_per_sec: rows as f64 / secs.max(1e-9),
-            keys_per_node,
-            sizes_running,
-            sizes,
-            stopped_cleanly,
-        },
-        stdout,
-    ))
+    Ok((finish_phase(cluster, rows, secs).await?, stdout))
 }
 
 /// The row-by-row phase: `pairs` by `Put` from `clients` tasks on a fresh cluster.
@@ -492,7 +476,7 @@ async fn put_phase(
     pairs: &Arc<Pairs>,
     clients: usize,
 ) -> anyhow::Result<Phase> {
-    let mut cluster = start_cluster(port, bin_dir).await?;
+    let cluster = start_cluster(port, bin_dir).await?;
     let client = cluster.client().await?;
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
@@ -517,6 +501,12 @@ async fn put_phase(
     }
     let secs = started.elapsed().as_secs_f64();
     let rows = pairs.len() as u64;
+    finish_phase(cluster, rows, secs).await
+}
+
+/// The end of a phase: every node checked for `rows` keys, sizes taken running and after a
+/// clean stop, the cluster dropped.
+async fn finish_phase(mut cluster: FtkvCluster, rows: u64, secs: f64) -> anyhow::Result<Phase> {
     let keys_per_node = check_every_node(&cluster, rows).await?;
     let sizes_running = node_sizes(&cluster)?;
     let stopped_cleanly = cluster.stop();
