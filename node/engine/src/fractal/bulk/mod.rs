@@ -4,12 +4,13 @@
 //!    `sort_memory_bytes`, spilled through the engine's Vfs to `bulk-tmp/` ([`spill`]); input
 //!    already in key order is never sorted ([`sort`]). An input error or a full disk stops the
 //!    load here, before anything changed.
-//! 2. **Empty tree** (the whole load is one key range without data): under the engine lock the
-//!    k-way merge of the runs, with duplicates resolved ([`crate::bulk`]), is built bottom-up
-//!    into full leaves and internal levels ([`Tree::graft_whole`]) and the root is swapped.
-//!    A duplicate (Error policy), a read error of a run or a full disk releases the new blocks
-//!    and keeps the old tree.
-//! 3. **Otherwise** (overlap with existing data): the merge is resolved against the existing
+//! 2. **Rebuild** when the tree holds no more live data than the load (an empty tree above all;
+//!    [`rebuild`]): under the engine lock the live pairs are copied into one more sorted run,
+//!    the k-way merge of the load's runs, with duplicates resolved ([`crate::bulk`]), is merged
+//!    with them and built bottom-up into full leaves and internal levels
+//!    ([`Tree::graft_whole`]), and the root is swapped. A duplicate (Error policy), a read error
+//!    of a run or a full disk releases the new blocks and keeps the old tree.
+//! 3. **Otherwise** (more existing data than the load): the merge is resolved against the existing
 //!    keys (point reads, without the engine lock) into a stream of puts kept in memory up to
 //!    the sort budget and spilled beyond; a duplicate stops the load there, before anything
 //!    changed. Then, under the engine lock, the puts go in as messages, like one `write`.
@@ -17,15 +18,14 @@
 //! In both cases `extra_ops` and `meta` follow in the same exclusive section, so readers see
 //! the whole load or none of it. The spill files are removed when the load ends, and at open
 //! after a crash. Bulk loads and checkpoints are serialized (`checkpoint_lock`).
-//!
-//! Not done yet: grafting built subtrees beside existing data (a load into an empty key range of
-//! a non-empty tree goes in as messages).
 
+mod rebuild;
 mod sort;
 mod spill;
 
 pub(crate) use self::spill::remove_leftovers;
 
+use self::rebuild::Rebuild;
 use self::sort::{sort_input, Merge};
 use self::spill::{RunWriter, TmpFiles};
 use super::*;
@@ -83,55 +83,13 @@ impl FractalEngine {
         let sorted = sort_input(rows, opts.sort_memory_bytes, &mut tmp)?;
         let (was_sorted, runs_spilled) = (sorted.was_sorted, sorted.runs.len() as u64);
         let _serial = self.checkpoint_lock.lock();
-        let empty = {
-            let mut inner = self.inner.write();
-            inner.mutate(|t| t.scan(b"", None, 1))?.is_empty()
-        };
-        let mut report = if empty {
-            self.load_into_empty(sorted, opts, extra_ops, meta)?
-        } else {
-            self.load_as_messages(sorted, opts, extra_ops, meta, &mut tmp)?
+        let mut report = match self.load_by_rebuild(sorted, opts, extra_ops, meta, &mut tmp)? {
+            Rebuild::Done(report) => report,
+            Rebuild::TooMuchData(sorted) => self.load_as_messages(sorted, opts, extra_ops, meta, &mut tmp)?,
         };
         tmp.remove_all();
         report.input_was_sorted = was_sorted;
         report.runs_spilled += runs_spilled;
-        Ok(report)
-    }
-
-    /// Step 2 of the module docs.
-    fn load_into_empty(
-        &self,
-        sorted: sort::Sorted,
-        opts: &BulkLoadOptions,
-        extra_ops: &[WriteOp],
-        meta: Option<&[u8]>,
-    ) -> Result<BulkLoadReport> {
-        let mut inner = self.inner.write();
-        if inner.poisoned {
-            return Err(EngineError::Poisoned);
-        }
-        if let Some(e) = inner.background_error.take() {
-            return Err(e);
-        }
-        let merge = Merge::new(&sorted.runs, sorted.mem)?;
-        let mut resolve = Resolve::new(merge, opts.on_duplicate, |_: &[u8]| Ok(false));
-        let leaves = match inner.tree.graft_whole(&mut resolve) {
-            Ok(leaves) => leaves,
-            Err(e) => {
-                if !keeps_engine(&e) {
-                    inner.poisoned = true;
-                }
-                return Err(e);
-            }
-        };
-        let mut report = std::mem::take(&mut resolve.report);
-        report.leaves_built = leaves;
-        Self::write_msgs_locked(
-            &mut inner,
-            extra_ops.len(),
-            |i, msn| extra_ops.get(i).and_then(|op| to_msg(op, msn)),
-            meta,
-        )?;
         Ok(report)
     }
 

@@ -17,6 +17,8 @@ pub(crate) struct Sorted {
     pub(crate) mem: Vec<Row>,
     /// Whether the input was in key order (non-decreasing).
     pub(crate) was_sorted: bool,
+    /// Key and value bytes of every input row.
+    pub(crate) bytes: u64,
 }
 
 /// Reads `rows` to the end, spilling sorted runs of at most `memory_bytes` through `tmp`.
@@ -34,8 +36,10 @@ pub(crate) fn sort_input(
     let mut in_order: Option<RunWriter> = None;
     let mut runs: Vec<Run> = Vec::new();
     let mut last_key: Option<Vec<u8>> = None;
+    let mut bytes = 0u64;
     for (index, row) in (0u64..).zip(rows) {
         let (k, v) = row?;
+        bytes += (k.len() + v.len()) as u64;
         if was_sorted {
             let behind = match buf.last() {
                 Some(l) => l.0 > k,
@@ -89,6 +93,7 @@ pub(crate) fn sort_input(
         runs,
         mem: buf,
         was_sorted,
+        bytes,
     })
 }
 

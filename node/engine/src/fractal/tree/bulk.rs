@@ -125,10 +125,9 @@ impl Tree {
         Ok(())
     }
 
-    /// A bulk load into a tree that holds no data: builds the loaded rows (strictly ascending)
-    /// into a new tree and switches to it, dropping the old tree (its buffered messages, e.g.
-    /// deletes, can only concern keys that hold no value, and the load is newer than all of
-    /// them). The new leaves start at MSN 0 like any built tree, and every later message has a
+    /// The rebuild of a bulk load: builds `pairs` (strictly ascending: the tree's live pairs
+    /// merged with the load, so nothing of the old tree is lost) into a new tree and switches
+    /// to it, dropping the old tree (its buffered messages are already resolved into `pairs`). The new leaves start at MSN 0 like any built tree, and every later message has a
     /// higher MSN. Returns the number of leaves built. On error before the switch the old tree
     /// is untouched and the new blocks are released. Nothing is checkpointed: the old
     /// checkpoint keeps its blocks until the next one commits (as with any deleted node).
