@@ -746,11 +746,26 @@ impl Cluster {
         }
     }
 
-    /// Waits for a leader, reads its commit index, then waits until every running, unpaused node
-    /// has applied it. Returns that index.
+    /// Waits for a leader, then until it has committed every entry its log held when first
+    /// asked (a leader elected a moment ago has not yet committed its blank entry, and so not
+    /// the entries of earlier terms it still holds: its commit index then is behind what the
+    /// cluster will have committed), then until every running, unpaused node has applied that
+    /// commit index. Returns the index.
     pub async fn wait_all_caught_up(&self) -> Result<u64, FixtureError> {
-        let leader = self.wait_for_leader().await?;
-        let index = self.status(leader).await?.commit_index;
+        let started = Instant::now();
+        let first = self.status(self.wait_for_leader().await?).await?;
+        let mut index = first.commit_index;
+        while index < first.last_log_index {
+            if started.elapsed() >= self.options.wait_timeout {
+                return Err(FixtureError::Timeout {
+                    what: format!("the leader to commit its log up to {}", first.last_log_index),
+                    waited_ms: started.elapsed().as_millis(),
+                    last_seen: format!("commit index {index}"),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            index = self.status(self.wait_for_leader().await?).await?.commit_index;
+        }
         for id in self.ids() {
             if self.is_running(id) && !self.is_paused(id) {
                 self.wait_caught_up(id, index).await?;
