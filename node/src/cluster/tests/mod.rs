@@ -3,6 +3,7 @@
 //! (batched writes, linearizable reads, failover, exactly-once, snapshot catch-up).
 #![allow(clippy::unwrap_used)]
 
+mod bulk_replay;
 mod drain;
 mod forged_peer;
 mod no_space;
@@ -145,6 +146,7 @@ fn config(id: u64, dir: &Path, peer: &str, snapshot_every_entries: u64) -> Clust
             ..Default::default()
         },
         peer_tls: None,
+        loader_memory_bytes: crate::cluster::bulk::DEFAULT_LOADER_MEMORY_BYTES,
     }
 }
 
