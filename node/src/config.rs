@@ -150,6 +150,11 @@ pub struct EngineConfig {
     /// seconds there); `0` turns the cleaner off (flushes then only run inside writes). At most
     /// one hour.
     pub cleaner_period_ms: u64,
+    /// Memory a committed bulk load (`ftkvctl load`) may use to sort its rows before it
+    /// spills sorted runs to `engine/bulk-tmp/` (TokuDB `tokudb_loader_memory_size`); at least
+    /// 1MiB. Every replica sorts with its own setting.
+    #[serde(serialize_with = "serialize_size")]
+    pub loader_memory_size: ByteSize,
 }
 
 impl Default for EngineConfig {
@@ -159,6 +164,7 @@ impl Default for EngineConfig {
             cache_size: ByteSize::mib(256),
             compression: Compression::default(),
             cleaner_period_ms: ftkv_engine::DEFAULT_CLEANER_PERIOD_MS,
+            loader_memory_size: ByteSize::mib(64),
         }
     }
 }
@@ -452,6 +458,12 @@ impl Config {
                 self.engine.cleaner_period_ms
             )));
         }
+        if self.engine.loader_memory_size.as_u64() < 1024 * 1024 {
+            return Err(ConfigError::Invalid(format!(
+                "engine.loader_memory_size {} is under 1MiB",
+                self.engine.loader_memory_size
+            )));
+        }
         if self.engine.cache_size.as_u64() < 1024 * 1024 {
             return Err(ConfigError::Invalid(
                 "engine.cache_size must be at least 1MiB".into(),
@@ -636,6 +648,19 @@ mod tests {
         );
         // at the edges: a largest pair that just fits a response
         let cfg = Config::from_toml("[limits]\nmax_value_bytes = \"2MiB\"\n").unwrap();
+        cfg.validate().unwrap();
+    }
+
+    #[test]
+    fn loader_memory_defaults_to_64mib_and_must_be_at_least_1mib() {
+        let cfg = Config::from_toml("id = 1\n").unwrap();
+        assert_eq!(cfg.engine.loader_memory_size, ByteSize::mib(64));
+        let cfg = Config::from_toml("id = 1\n[engine]\nloader_memory_size = \"8MiB\"\n").unwrap();
+        assert_eq!(cfg.engine.loader_memory_size, ByteSize::mib(8));
+        let mut cfg = Config::from_toml("id = 1\n[engine]\nloader_memory_size = \"512KiB\"\n").unwrap();
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("engine.loader_memory_size"), "{err}");
+        cfg.engine.loader_memory_size = ByteSize::mib(1);
         cfg.validate().unwrap();
     }
 

@@ -151,6 +151,7 @@ pub fn cluster_config(config: &Config) -> ClusterConfig {
         lose_unsynced_sync_latency_ms: config.testing.lose_unsynced_sync_latency_ms,
         space: config.space.options(),
         peer_tls: None,
+        loader_memory_bytes: config.engine.loader_memory_size.as_u64(),
     }
 }
 

@@ -51,6 +51,7 @@ fn every_section_key_is_set_by_its_variable() {
         ),
         ("FTKV_ENGINE_COMPRESSION", "zstd:3"),
         ("FTKV_ENGINE_CLEANER_PERIOD_MS", "0"),
+        ("FTKV_ENGINE_LOADER_MEMORY_SIZE", "8MiB"),
         ("FTKV_LOG_SEGMENT_SIZE", "8MiB"),
         ("FTKV_RAFT_ACK_ALL_TIMEOUT_MS", "5000"),
         ("FTKV_RAFT_HEARTBEAT_INTERVAL_MS", "100"),
@@ -84,6 +85,7 @@ fn every_section_key_is_set_by_its_variable() {
     );
     expect("engine.compression.zstd", 3.into());
     expect("engine.cleaner_period_ms", 0.into());
+    expect("engine.loader_memory_size", "8MiB".into());
     expect("log.segment_size", "8MiB".into());
     expect("raft.ack_all_timeout_ms", 5000.into());
     expect("raft.heartbeat_interval_ms", 100.into());

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ftkv_client::rows::{decode_value, encode_key_field, ColumnType, Field};
+use ftkv_client::rows::{begin_value, decode_value, encode_key_field, encode_value_field, ColumnType, Field};
 use ftkv_tests::fixture::{serial, Cluster, ClusterOptions};
 
 const COLUMNS: &str = "id:int,name:str,visits:int,country:str";
@@ -95,7 +95,7 @@ async fn a_load_is_visible_whole_on_every_node_and_a_bad_line_leaves_nothing() {
     let rows: u64 = std::env::var("FTKV_BULK_TEST_ROWS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(200_000);
+        .unwrap_or(1_000_000);
 
     // A malformed line in the middle: the load fails naming it, and nothing is visible.
     let bad = tmp_file(&cluster, "bad.csv");
@@ -277,7 +277,12 @@ async fn a_leader_killed_mid_load_leaves_all_or_nothing_and_a_rerun_succeeds() {
         .await
         .unwrap()
     });
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // FTKV_BULK_KILL_MS moves the kill point (the load of 300k rows takes 3-8 s here).
+    let kill_ms = std::env::var("FTKV_BULK_KILL_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_500);
+    tokio::time::sleep(Duration::from_millis(kill_ms)).await;
     cluster.kill(leader).unwrap();
     let out = running.await.unwrap();
     cluster.restart(leader).unwrap();
@@ -290,7 +295,8 @@ async fn a_leader_killed_mid_load_leaves_all_or_nothing_and_a_rerun_succeeds() {
     }
     assert!(
         counts.iter().all(|&c| c == counts[0]),
-        "nodes disagree: {counts:?}"
+        "nodes disagree: {counts:?} (leader {leader} killed; ftkvctl: {out:?})\n{}",
+        cluster.log_tails(400)
     );
     if out.success() {
         assert_eq!(counts[0], rows, "the load said done: {out:?}");
@@ -318,6 +324,88 @@ async fn a_leader_killed_mid_load_leaves_all_or_nothing_and_a_rerun_succeeds() {
     cluster.wait_all_caught_up().await.unwrap();
     for id in cluster.ids() {
         assert_eq!(loaded_on(&cluster, id).await.len() as u64, rows, "node {id}");
+    }
+    cluster.check_no_panics().unwrap();
+}
+
+/// Row `i` of load `version` as a CSV line and as the pair the model expects.
+fn versioned(i: u64, version: u32) -> (String, Vec<u8>, Vec<u8>) {
+    let (id, _, visits, country) = row(i);
+    let name = format!("v{version} user {i}");
+    let mut value = Vec::new();
+    begin_value(&mut value);
+    encode_value_field(&mut value, ColumnType::Str, name.as_bytes()).unwrap();
+    encode_value_field(&mut value, ColumnType::Int, visits.to_string().as_bytes()).unwrap();
+    encode_value_field(&mut value, ColumnType::Str, country.as_bytes()).unwrap();
+    (format!("{id},{name},{visits},{country}"), key_of(id), value)
+}
+
+/// Loads rows `range` as `version` with `mode`, into the cluster and into `model`.
+async fn load_into_both(
+    cluster: &Cluster,
+    model: &mut BTreeMap<Vec<u8>, Vec<u8>>,
+    range: std::ops::Range<u64>,
+    version: u32,
+    mode: &str,
+) {
+    let file = tmp_file(cluster, &format!("v{version}.csv"));
+    let rows: Vec<(String, Vec<u8>, Vec<u8>)> = range.map(|i| versioned(i, version)).collect();
+    write_csv(&file, rows.iter().map(|r| r.0.clone()));
+    let out = load(cluster, &file, &["--on-duplicate", mode]).await;
+    assert!(out.success(), "load v{version}: {out:?}");
+    for (_, k, v) in rows {
+        if mode == "replace" || !model.contains_key(&k) {
+            model.insert(k, v);
+        }
+    }
+}
+
+/// Loads beyond the node's memory (a 2 MiB cache, 1 MiB of sort memory: every load sorts
+/// unsorted input through spilled runs) into a range that already holds rows, mixed with
+/// puts and deletes: each node ends equal to the model of the same operations applied row by
+/// row. The first load meets little data (rebuild path), the later ones more data than they
+/// bring (messages path), in both duplicate modes that overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loads_beyond_memory_into_stored_rows_equal_row_by_row_writes() {
+    let _serial = serial().await;
+    let cluster = Cluster::start(ClusterOptions {
+        extra_args: ["--cache-size", "2MiB", "--engine-loader-memory-size", "1MiB"]
+            .map(String::from)
+            .to_vec(),
+        ..options()
+    })
+    .await
+    .unwrap();
+    let client = cluster.client().await.unwrap();
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    for i in (0..120_000u64).step_by(997) {
+        let k = key_of(row(i).0);
+        model.insert(k.clone(), b"stored before".to_vec());
+        client.put(k, b"stored before").await.unwrap();
+    }
+    load_into_both(&cluster, &mut model, 0..120_000, 1, "replace").await;
+    for i in (100_000..110_000u64).step_by(7) {
+        let k = key_of(row(i).0);
+        model.insert(k.clone(), b"put between".to_vec());
+        client.put(k, b"put between").await.unwrap();
+    }
+    for i in (90_000..100_000u64).step_by(11) {
+        let k = key_of(row(i).0);
+        model.remove(&k);
+        client.delete(k).await.unwrap();
+    }
+    load_into_both(&cluster, &mut model, 95_000..150_000, 2, "replace").await;
+    load_into_both(&cluster, &mut model, 140_000..170_000, 3, "ignore").await;
+    cluster.wait_all_caught_up().await.unwrap();
+    for id in cluster.ids() {
+        let got = loaded_on(&cluster, id).await;
+        assert_eq!(got.len(), model.len(), "node {id}: row count");
+        let first_difference = got
+            .iter()
+            .zip(&model)
+            .find(|(g, m)| g != m)
+            .map(|(g, m)| format!("got {:?}={:?}, model {:?}={:?}", g.0, g.1, m.0, m.1));
+        assert!(first_difference.is_none(), "node {id}: {first_difference:?}");
     }
     cluster.check_no_panics().unwrap();
 }

@@ -45,8 +45,9 @@ const CHUNK_VERSION: u8 = 1;
 /// `version u8, rows u32, raw_len u32, xxh3-64 of the compressed bytes u64` (little-endian).
 const CHUNK_HEADER_BYTES: usize = 1 + 4 + 4 + 8;
 
-/// Memory the sort of a committed load may use before it spills sorted runs.
-pub const SORT_MEMORY_BYTES: u64 = 64 << 20;
+/// Default memory the sort of a committed load may use before it spills sorted runs
+/// (`engine.loader_memory_size`).
+pub const DEFAULT_LOADER_MEMORY_BYTES: u64 = 64 << 20;
 
 /// Errors of the chunk codec. A chunk in the log or the engine that fails to decode is a
 /// storage fault (the leader encoded it): it stops the node, it is never skipped.
@@ -352,6 +353,7 @@ pub(crate) fn ingest(
     load: LoadId,
     chunks: u32,
     on_duplicate: OnDuplicate,
+    sort_memory_bytes: u64,
     mut extra_ops: Vec<WriteOp>,
     meta: &[u8],
 ) -> Result<CommandResult, EngineError> {
@@ -364,7 +366,7 @@ pub(crate) fn ingest(
     };
     let opts = BulkLoadOptions {
         on_duplicate,
-        sort_memory_bytes: SORT_MEMORY_BYTES,
+        sort_memory_bytes,
     };
     let mut ops = vec![delete_load(load)];
     ops.append(&mut extra_ops);

@@ -124,6 +124,8 @@ pub struct ClusterConfig {
     pub space: crate::space::SpaceOptions,
     /// Peer TLS of outgoing Raft connections (`None`: plaintext), reloaded in place.
     pub peer_tls: Option<std::sync::Arc<crate::tls::peer_client::PeerClientTls>>,
+    /// Sort memory of a committed bulk load before it spills (`engine.loader_memory_size`).
+    pub loader_memory_bytes: u64,
 }
 
 /// Status of this node as the cluster layer sees it.
@@ -354,6 +356,7 @@ impl ClusterNode {
                 .map_err(|e| ClusterError::Storage(format!("opening the state machine: {e}")))?
                 .map_err(|e| ClusterError::Storage(e.to_string()))?
         };
+        state_machine.set_loader_memory_bytes(config.loader_memory_bytes);
         let log_store = log_store::LogStore::new(
             log,
             append_max,

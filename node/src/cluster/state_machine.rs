@@ -140,6 +140,8 @@ struct Shared {
     durable: tokio::sync::watch::Sender<Durable>,
     /// The full-disk error the last snapshot build met, until a build succeeds.
     space_error: Mutex<Option<String>>,
+    /// Sort memory of a committed bulk load (`engine.loader_memory_size`).
+    loader_memory_bytes: AtomicU64,
 }
 
 /// How long a snapshot build that met a full disk waits before it tries again.
@@ -252,6 +254,7 @@ impl StateMachine {
                 snapshot_seq: AtomicU64::new(0),
                 durable,
                 space_error: Mutex::new(None),
+                loader_memory_bytes: AtomicU64::new(bulk::DEFAULT_LOADER_MEMORY_BYTES),
             }),
         };
         if rebuild {
@@ -302,6 +305,11 @@ impl StateMachine {
     #[cfg(test)]
     pub(crate) fn session_table(&self) -> SessionTable {
         self.shared.state.lock().sessions.clone()
+    }
+
+    /// Sets the sort memory of committed bulk loads (`engine.loader_memory_size`).
+    pub fn set_loader_memory_bytes(&self, bytes: u64) {
+        self.shared.loader_memory_bytes.store(bytes, Ordering::Relaxed);
     }
 
     /// The snapshot directory.
@@ -499,6 +507,7 @@ fn commit_load(
         load,
         chunks,
         on_duplicate,
+        shared.loader_memory_bytes.load(Ordering::Relaxed),
         Vec::new(),
         &meta,
     )

@@ -47,6 +47,9 @@ pub struct ConfigFlags {
     /// engine.cleaner_period_ms (0 = off).
     #[arg(long, env = "FTKV_ENGINE_CLEANER_PERIOD_MS")]
     pub engine_cleaner_period_ms: Option<u64>,
+    /// engine.loader_memory_size: sort memory of a bulk load (e.g. 64MiB).
+    #[arg(long, env = "FTKV_ENGINE_LOADER_MEMORY_SIZE", value_parser = parse_size)]
+    pub engine_loader_memory_size: Option<ByteSize>,
     /// log.segment_size (e.g. 64MiB).
     #[arg(long, env = "FTKV_LOG_SEGMENT_SIZE", value_parser = parse_size)]
     pub log_segment_size: Option<ByteSize>,
@@ -133,6 +136,7 @@ impl ConfigFlags {
     pub fn apply(&self, c: &mut Config) -> Result<(), ConfigError> {
         set!(self.engine_compression => c.engine.compression);
         set!(self.engine_cleaner_period_ms => c.engine.cleaner_period_ms);
+        set!(self.engine_loader_memory_size => c.engine.loader_memory_size);
         set!(self.log_segment_size => c.log.segment_size);
         set!(self.raft_ack_all_timeout_ms => c.raft.ack_all_timeout_ms);
         set!(self.raft_heartbeat_interval_ms => c.raft.heartbeat_interval_ms);
