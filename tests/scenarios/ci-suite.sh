@@ -35,6 +35,10 @@ for w in set counter; do
   expect 0 "$w-disk-lose-unsynced" test --workload "$w" --nemesis kill,disk,lose-unsynced --time-limit 20s \
     --substrate netns --seed 2
 done
+# Bulk loads (2,000 rows each) under a leader kill and a partition (seed 7 kills the leader):
+# every load is whole or absent in every read, an acknowledged one is whole.
+expect 0 "load" test --workload load --nemesis kill,partition --time-limit 20s --substrate netns \
+  --concurrency 5 --rate 20 --seed 7
 expect 0 "register-membership" test --workload register --nemesis membership --time-limit 20s --substrate netns --seed 3
 # Canary: reads served locally without ReadIndex must be caught by the register checker. A
 # scripted schedule (scenario 06 with the unsafe mode: a read on the isolated old leader after the

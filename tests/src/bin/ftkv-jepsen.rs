@@ -269,6 +269,7 @@ async fn real_main() -> i32 {
                 "counter" => WorkloadKind::Counter,
                 "bank" => WorkloadKind::Bank,
                 "append" => WorkloadKind::Append,
+                "load" => WorkloadKind::Load,
                 _ => WorkloadKind::Register,
             };
             let mut o = TestOptions::new(workload);

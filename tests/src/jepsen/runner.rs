@@ -636,6 +636,7 @@ pub fn default_checks(kind: WorkloadKind) -> Vec<String> {
         WorkloadKind::Counter => "counter",
         WorkloadKind::Bank => "bank",
         WorkloadKind::Append => "append",
+        WorkloadKind::Load => "load",
     };
     vec![own.to_string(), "convergence".into(), "liveness".into()]
 }
@@ -660,6 +661,7 @@ pub fn run_checkers(options: &TestOptions, history: &History, finals: &[NodeFina
                 },
             ),
             "append" => checker::append::check(history),
+            "load" => checker::load::check(history),
             "convergence" => check_convergence(finals),
             "liveness" => check_liveness(finals, LIVENESS_BOUND_MS),
             other => CheckResult::new(

@@ -8,6 +8,7 @@
 //! | `counter`  | `add` d (`Upsert{add}`), `read`                                       | `counter`      |
 //! | `bank`     | `transfer` {from,to,amount} (`Txn` with compares), `read` (one `Txn`)  | `bank`         |
 //! | `append`   | `txn` [["append",k,v] / ["r",k,list]] (`Txn` of upsert-append and get) | `append`       |
+//! | `load`     | `load` x (R rows by `Kv.BulkLoad` under `jepsen/load/x/`), `read` x (rows seen) | `load`  |
 //!
 //! Outcome rules (Jepsen): a read that errs is `fail` (reads have no effect); a write is `ok`
 //! on success (and on `NotOnAllReplicas`: committed), `info` when the client says the outcome
@@ -39,6 +40,8 @@ pub enum WorkloadKind {
     Bank,
     /// List-append transactions (Elle).
     Append,
+    /// Bulk loads of a few rows each and reads counting them; checked for all-or-nothing.
+    Load,
 }
 
 impl WorkloadKind {
@@ -50,6 +53,7 @@ impl WorkloadKind {
             WorkloadKind::Counter => "counter",
             WorkloadKind::Bank => "bank",
             WorkloadKind::Append => "append",
+            WorkloadKind::Load => "load",
         }
     }
 }
@@ -110,6 +114,8 @@ pub struct WorkloadOptions {
     pub accounts: u64,
     /// Bank total (divided evenly at setup).
     pub total: i64,
+    /// Rows of each bulk load (load).
+    pub load_rows: u64,
 }
 
 impl Default for WorkloadOptions {
@@ -120,6 +126,7 @@ impl Default for WorkloadOptions {
             set_shards: 4,
             accounts: 5,
             total: 100,
+            load_rows: 2_000,
         }
     }
 }
@@ -241,6 +248,16 @@ impl Workload {
                 }
                 PlannedOp::new("txn", None, Value::Array(mops))
             }
+            WorkloadKind::Load => {
+                // Reads of one of the last loads (where a commit may be in flight), else a new load.
+                if self.next_value > 0 && rng.gen_bool(0.6) {
+                    let x = self.next_value - rng.gen_range(0..self.next_value.min(4));
+                    PlannedOp::new("read", Some(json!(x)), Value::Null)
+                } else {
+                    let x = self.fresh_value();
+                    PlannedOp::new("load", Some(json!(x)), json!(self.options.load_rows.max(1)))
+                }
+            }
         }
     }
 
@@ -261,6 +278,9 @@ impl Workload {
                     .map(|c| PlannedOp::new("txn", None, Value::Array(c.to_vec())))
                     .collect()
             }
+            WorkloadKind::Load => (1..=self.next_value)
+                .map(|x| PlannedOp::new("read", Some(json!(x)), Value::Null))
+                .collect(),
         }
     }
 }
@@ -405,10 +425,65 @@ async fn execute_inner(kind: WorkloadKind, client: &Client, op: &PlannedOp) -> C
         (WorkloadKind::Bank, "read") => bank_read(kind, client).await,
         (WorkloadKind::Bank, "transfer") => bank_transfer(kind, client, op).await,
         (WorkloadKind::Append, "txn") => append_txn(kind, client, op).await,
+        (WorkloadKind::Load, "load") => bulk_load(client, &key, op).await,
+        (WorkloadKind::Load, "read") => load_read(client, &key, op).await,
         _ => fail(
             op.value.clone(),
             format!("op {} not part of workload {}", op.f, kind.name()),
         ),
+    }
+}
+
+/// The prefix of load `x`'s rows (`key` is [`key_bytes`] of x: `jepsen/load/x`).
+fn load_prefix(key: &[u8]) -> Vec<u8> {
+    let mut p = key.to_vec();
+    p.push(b'/');
+    p
+}
+
+/// One bulk load of `op.value` rows under `key`'s prefix, each row's value the load id. An
+/// error before the commit is sent is `fail` (nothing can commit without it; the server
+/// cancels the staged rows); the commit's error is classified like any write's.
+async fn bulk_load(client: &Client, key: &[u8], op: &PlannedOp) -> Completion {
+    let rows = op.value.as_u64().unwrap_or(1);
+    let prefix = load_prefix(key);
+    let id = op.key.as_ref().map(|k| k.to_string()).unwrap_or_default();
+    let mut loader = match client.bulk_load(ftkv_client::OnDuplicate::Error).await {
+        Ok(l) => l,
+        Err(e) => return fail(op.value.clone(), format!("starting the load: {e}")),
+    };
+    for i in 0..rows {
+        let mut k = prefix.clone();
+        k.extend_from_slice(format!("{i:06}").as_bytes());
+        if let Err(e) = loader.push(k, id.clone().into_bytes()).await {
+            loader.cancel().await;
+            return fail(op.value.clone(), format!("sending row {i}: {e}"));
+        }
+    }
+    match loader.commit().await {
+        // A count other than `rows` shows in the reads (`partial`).
+        Ok(_) => ok(op.value.clone()),
+        Err(e) => classify_write_error(op.value.clone(), &e),
+    }
+}
+
+/// Counts the rows of load `key` with one linearizable keys-only scan of a single page (one
+/// snapshot: a load's rows are all or none of it).
+async fn load_read(client: &Client, key: &[u8], _op: &PlannedOp) -> Completion {
+    let prefix = load_prefix(key);
+    let mut end = prefix.clone();
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    let options = ftkv_client::ScanOptions {
+        limit: 100_000,
+        consistency: ftkv_client::ReadConsistency::Linearizable,
+        keys_only: true,
+    };
+    match client.scan_with(&prefix, &end, options).await {
+        Ok(page) if page.more => fail(Value::Null, "a load's rows did not fit one page"),
+        Ok(page) => ok(json!(page.kvs.len())),
+        Err(e) => fail(Value::Null, e.to_string()),
     }
 }
 

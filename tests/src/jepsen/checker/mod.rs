@@ -10,6 +10,7 @@ pub mod bank;
 pub mod convergence;
 pub mod counter;
 pub mod linearizable;
+pub mod load;
 pub mod set;
 
 use serde::{Deserialize, Serialize};
