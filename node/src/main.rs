@@ -252,10 +252,11 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
             let config = args.config()?;
             let report = ftkv_node::run::check(&config)?;
             println!(
-                "ok: {} keys, {} blocks, height {} in {}",
-                report.keys,
-                report.blocks,
-                report.height,
+                "ok: {} keys, {} blocks, height {}, {} staged bulk-load chunks in {}",
+                report.integrity.keys,
+                report.integrity.blocks,
+                report.integrity.height,
+                report.staged_chunks,
                 config.data_dir.display()
             );
             Ok(())

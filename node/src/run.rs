@@ -385,12 +385,27 @@ async fn shutdown_signal() {
 /// `ftkv-node check --data-dir D`: opens the engine read-only-ish and checks every invariant.
 /// The fractal tree opens without its cleaner thread, so nothing flushes (and no block is
 /// written) while the tree is checked.
-pub fn check(config: &Config) -> anyhow::Result<ftkv_engine::IntegrityReport> {
+pub fn check(config: &Config) -> anyhow::Result<CheckReport> {
     let _lock = DataDirLock::acquire(&config.data_dir)?;
-    if config.engine.kind == ftkv_engine::EngineKind::Fractal {
-        let engine = open_fractal(config, ftkv_vfs::RealVfs::new(), None)?;
-        return Ok(ftkv_engine::Engine::check_integrity(&engine)?);
-    }
-    let engine = open_engine(config)?;
-    Ok(engine.check_integrity()?)
+    let engine: Arc<dyn ftkv_engine::Engine> = if config.engine.kind == ftkv_engine::EngineKind::Fractal {
+        Arc::new(open_fractal(config, ftkv_vfs::RealVfs::new(), None)?)
+    } else {
+        open_engine(config)?
+    };
+    let integrity = engine.check_integrity()?;
+    let staged_chunks = crate::cluster::bulk::staged_chunks(engine.as_ref())?;
+    Ok(CheckReport {
+        integrity,
+        staged_chunks,
+    })
+}
+
+/// What `ftkv-node check` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckReport {
+    /// The engine's own check (keys, blocks, height; no unreachable node).
+    pub integrity: ftkv_engine::IntegrityReport,
+    /// Chunks of bulk loads staged and not yet committed or cancelled (0 unless a load was in
+    /// flight when the node stopped: the next leader's first entry cancels it).
+    pub staged_chunks: u64,
 }

@@ -98,6 +98,12 @@ pub(crate) fn staging_area() -> (Vec<u8>, Vec<u8>) {
     (start, end)
 }
 
+/// Chunks staged in `engine` (every load's).
+pub fn staged_chunks(engine: &dyn Engine) -> Result<u64, EngineError> {
+    let staged = StagedLoads::load(engine)?;
+    Ok(staged.loads.values().map(|seqs| seqs.len() as u64).sum())
+}
+
 /// Parses a staging key into its load and chunk number.
 pub(crate) fn parse_staging_key(key: &[u8]) -> Option<(LoadId, u32)> {
     let rest = key

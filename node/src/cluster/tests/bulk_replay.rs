@@ -13,7 +13,7 @@ use ftkv_vfs::{FaultVfs, Vfs};
 use openraft::storage::RaftStateMachine;
 use openraft::EntryPayload;
 
-use crate::cluster::bulk::{staging_area, ChunkBuilder};
+use crate::cluster::bulk::{staged_chunks, staging_area, ChunkBuilder};
 use crate::cluster::command::{Command, CommandResult, LoadId};
 use crate::cluster::snapshot::SnapshotDir;
 use crate::cluster::state_machine::StateMachine;
@@ -224,6 +224,7 @@ async fn a_commit_applied_after_a_pause_keeps_every_row() {
     let (before, after): (Vec<Entry>, Vec<Entry>) =
         entries.into_iter().partition(|e| e.log_id.index < commit);
     sm.apply(before).await.unwrap();
+    assert_eq!(staged_chunks(sm.engine().as_ref()).unwrap(), u64::from(CHUNKS));
     tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
     let mut after: Vec<Entry> = after.into_iter().take(1).collect();
     after.push(Entry {
@@ -238,4 +239,5 @@ async fn a_commit_applied_after_a_pause_keeps_every_row() {
     let engine = sm.engine();
     let got = engine.scan(b"t/", Some(b"u"), usize::MAX).unwrap();
     assert_eq!(got.len() as u64, u64::from(CHUNKS) * ROWS_PER_CHUNK);
+    assert_eq!(staged_chunks(engine.as_ref()).unwrap(), 0);
 }
