@@ -41,6 +41,24 @@ enum Command {
     /// Backup files (`ftkvctl snapshot save` writes them): status, restore.
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
+    /// Generate a CA and certificates for N nodes and one client into DIR (ca.pem, ca-key.pem,
+    /// node-<i>.pem, node-<i>-key.pem, client.pem, client-key.pem), as `playground --tls` does;
+    /// for test and small deployments (`deploy/docker-compose.tls.yml`).
+    Certs(CertsArgs),
+}
+
+#[derive(Args, Debug)]
+struct CertsArgs {
+    /// Directory for the files (created; existing complete files are kept).
+    #[arg(long)]
+    dir: PathBuf,
+    /// Node certificates to issue (ids 1..=N).
+    #[arg(long, default_value_t = 3)]
+    nodes: u64,
+    /// Extra DNS names of node certificates, `{id}` replaced by the node id (repeatable), e.g.
+    /// `--host 'ftkv-{id}'`.
+    #[arg(long = "host")]
+    hosts: Vec<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -258,6 +276,18 @@ fn real_main(cli: Cli) -> anyhow::Result<()> {
                 report.integrity.height,
                 report.staged_chunks,
                 config.data_dir.display()
+            );
+            Ok(())
+        }
+        Some(Command::Certs(args)) => {
+            anyhow::ensure!(args.nodes >= 1, "--nodes must be at least 1");
+            let tls =
+                ftkv_node::playground::tls::PlaygroundTls::prepare_in(&args.dir, args.nodes, &args.hosts)?;
+            println!(
+                "CA {}; node certificates node-1..{} and client.pem in {}",
+                tls.ca.display(),
+                args.nodes,
+                tls.dir.display()
             );
             Ok(())
         }

@@ -30,7 +30,15 @@ pub struct PlaygroundTls {
 impl PlaygroundTls {
     /// Creates the files for `nodes` nodes under `dir/tls`, unless a CA is already there.
     pub fn prepare(dir: &Path, nodes: u64) -> anyhow::Result<Self> {
-        let tls_dir = dir.join("tls");
+        Self::prepare_in(&dir.join("tls"), nodes, &[])
+    }
+
+    /// Creates the files for `nodes` nodes in `tls_dir`, unless they are all there already.
+    /// Each node certificate names `ftkv-node-<i>` (its identity), `localhost`, `127.0.0.1`
+    /// and every pattern of `hosts` with `{id}` replaced by the node id (`ftkv-{id}`: the
+    /// Compose service names).
+    pub fn prepare_in(tls_dir: &Path, nodes: u64, hosts: &[String]) -> anyhow::Result<Self> {
+        let tls_dir = tls_dir.to_path_buf();
         let this = Self {
             ca: tls_dir.join("ca.pem"),
             client_cert: tls_dir.join("client.pem"),
@@ -53,8 +61,9 @@ impl PlaygroundTls {
             .with_context(|| format!("cannot write {}", ca_key.display()))?;
         for i in 1..=nodes {
             let name = node_name(i);
-            ca.issue(&name, &[name.clone(), "localhost".into(), "127.0.0.1".into()])?
-                .write(&this.dir, &format!("node-{i}"))?;
+            let mut names = vec![name.clone(), "localhost".into(), "127.0.0.1".into()];
+            names.extend(hosts.iter().map(|h| h.replace("{id}", &i.to_string())));
+            ca.issue(&name, &names)?.write(&this.dir, &format!("node-{i}"))?;
         }
         ca.issue("ftkvctl", &["ftkvctl".into()])?
             .write(&this.dir, "client")?;
