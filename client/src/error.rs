@@ -132,6 +132,22 @@ pub enum Error {
         /// What the node said.
         message: String,
     },
+    /// No valid credentials (`UNAUTHENTICATED`): no token while auth is on, a bad, expired or
+    /// revoked token, an unknown user or a wrong password. A client built with
+    /// [`ClientBuilder::user`](crate::ClientBuilder::user) authenticates again once and retries
+    /// before returning it. Not applied.
+    #[error("unauthenticated: {message}")]
+    Unauthenticated {
+        /// What the node said.
+        message: String,
+    },
+    /// The user's roles do not allow the call (`PERMISSION_DENIED`); the message names the
+    /// user, the key range and the permission missing. Not applied; not retried.
+    #[error("permission denied: {message}")]
+    PermissionDenied {
+        /// What the node said.
+        message: String,
+    },
     /// The client was built without endpoints.
     #[error("no endpoints configured")]
     NoEndpoints,
@@ -437,8 +453,45 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
                     stale_session: false,
                 };
             }
+            Kind::Unauthenticated => {
+                return Failure {
+                    error: Error::Unauthenticated { message: text },
+                    not_applied: true,
+                    retry: false,
+                    stale_session: false,
+                };
+            }
+            Kind::PermissionDenied => {
+                return Failure {
+                    error: Error::PermissionDenied { message: text },
+                    not_applied: true,
+                    retry: false,
+                    stale_session: false,
+                };
+            }
             Kind::Unspecified => {}
         }
+    }
+    match status.code() {
+        // A refusal without the node's ErrorInfo (a proxy's): typed, but nothing says it came
+        // before the request applied.
+        tonic::Code::Unauthenticated => {
+            return Failure {
+                error: Error::Unauthenticated { message },
+                not_applied: false,
+                retry: false,
+                stale_session: false,
+            }
+        }
+        tonic::Code::PermissionDenied => {
+            return Failure {
+                error: Error::PermissionDenied { message },
+                not_applied: false,
+                retry: false,
+                stale_session: false,
+            }
+        }
+        _ => {}
     }
     classify_by_code(status, message)
 }
@@ -734,6 +787,8 @@ mod tests {
             Kind::NotLeader,
             Kind::Unavailable,
             Kind::NoSpace,
+            Kind::Unauthenticated,
+            Kind::PermissionDenied,
         ] {
             let f = classify_status(&status_with(tonic::Code::InvalidArgument, info(kind)));
             assert!(f.not_applied, "{kind:?}: {f:?}");

@@ -43,8 +43,8 @@ mod types;
 pub mod cli;
 
 pub use client::{
-    Alarm, BulkLoadReport, BulkLoader, Client, ClientBuilder, NodeAlarms, OnDuplicate, DEFAULT_ENDPOINT,
-    DEFAULT_MAX_MESSAGE_BYTES,
+    Alarm, AuthStatus, BulkLoadReport, BulkLoader, Client, ClientBuilder, NodeAlarms, OnDuplicate, PermType,
+    Permission, DEFAULT_ENDPOINT, DEFAULT_MAX_MESSAGE_BYTES,
 };
 pub use error::{Error, Result};
 pub use retry::RetryPolicy;

@@ -246,6 +246,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         client_listener,
         cluster.clone(),
         config.limits,
+        config.auth.token_ttl_ms,
         connections,
         readiness.clone(),
         accept_options(&tls.client, crate::tls::accept::PlaintextAnswer::Grpc),

@@ -45,6 +45,10 @@ pub mod status_details {
     /// (`FAILED_PRECONDITION`, KIND_INVALID): the client must connect with TLS.
     pub const REASON_TLS_REQUIRED: &str = "TLS_REQUIRED";
 
+    /// `ErrorInfo.reason` of `Auth.Authenticate` while auth is disabled (`FAILED_PRECONDITION`):
+    /// requests need no token.
+    pub const REASON_AUTH_NOT_ENABLED: &str = "AUTH_NOT_ENABLED";
+
     /// `ErrorInfo.reason` of a bulk load (ON_DUPLICATE_ERROR) that met a key twice
     /// (`ALREADY_EXISTS`, KIND_INVALID); `metadata`: `key` (hex), `first_row` (absent when the key
     /// existed before the load), `second_row`. Nothing of the load is visible.

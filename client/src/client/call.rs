@@ -148,6 +148,9 @@ impl Inner {
         // Endpoints that answered DRAINING during this call: shutting down, never asked again
         // by it (neither picked nor followed as a redirect while another endpoint is left).
         let mut draining: Vec<String> = Vec::new();
+        // Whether this call authenticated again after an UNAUTHENTICATED answer (once).
+        let mut reauthenticated = false;
+        self.ensure_token().await?;
 
         for _ in 0..policy.attempts() {
             let now = Instant::now();
@@ -219,6 +222,16 @@ impl Inner {
                                 message.push_str("; later writes of this client use a new client id");
                             }
                         }
+                    }
+                    if matches!(failure.error, Error::Unauthenticated { .. })
+                        && self.has_credentials()
+                        && !reauthenticated
+                    {
+                        // Expired or revoked token: a new one, and the same request again.
+                        reauthenticated = true;
+                        self.authenticate().await?;
+                        last_error = Some(failure.error);
+                        continue;
                     }
                     if !failure.retry {
                         return Err(finish_error(kind, failure.error, maybe_applied).into());
