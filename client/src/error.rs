@@ -332,6 +332,19 @@ pub(crate) fn classify_status(status: &tonic::Status) -> Failure {
                 stale_session: false,
             };
         }
+        if info.reason == ftkv_proto::status_details::REASON_AUTH_REFUSED && info.kind() != Kind::Invalid {
+            // A user, role or permission that does not exist (or already does), root while
+            // auth is on: refused, nothing changed.
+            return Failure {
+                error: Error::Server {
+                    code: format!("{:?}", status.code()),
+                    message: info.message.clone(),
+                },
+                not_applied: true,
+                retry: false,
+                stale_session: false,
+            };
+        }
         if info.reason == ftkv_proto::status_details::REASON_DUPLICATE_KEY {
             let row = |name: &str| info.metadata.get(name).and_then(|v| v.parse::<u64>().ok());
             let key = info

@@ -123,7 +123,9 @@ pub fn permission_denied(message: impl Into<String>) -> Status {
 
 /// A user or role that does not exist: `NOT_FOUND`.
 pub fn not_found(message: impl Into<String>) -> Status {
-    status(Code::NotFound, info(Kind::Unspecified, message.into()))
+    let mut i = info(Kind::Unspecified, message.into());
+    i.reason = ftkv_proto::status_details::REASON_AUTH_REFUSED.to_string();
+    status(Code::NotFound, i)
 }
 
 /// `Authenticate` while auth is disabled: `FAILED_PRECONDITION`, reason
@@ -147,7 +149,9 @@ pub fn auth_refused(refusal: &crate::auth::AuthRefusal) -> Status {
         K::FailedPrecondition => (Code::FailedPrecondition, Kind::Unspecified),
         K::Invalid => (Code::InvalidArgument, Kind::Invalid),
     };
-    status(code, info(kind, refusal.message.clone()))
+    let mut i = info(kind, refusal.message.clone());
+    i.reason = ftkv_proto::status_details::REASON_AUTH_REFUSED.to_string();
+    status(code, i)
 }
 
 /// A write whose session sequence is below this node's window for its client id
