@@ -232,11 +232,10 @@ impl ClientBuilder {
             inner.channel(ep)?;
         }
         // A wrong password fails here; no node reachable yet is retried at the first call.
-        match inner.authenticate().await {
-            Err(e @ (Error::Unauthenticated { .. } | Error::InvalidArgument { .. } | Error::Tls { .. })) => {
-                return Err(e)
-            }
-            _ => {}
+        if let Err(e @ (Error::Unauthenticated { .. } | Error::InvalidArgument { .. } | Error::Tls { .. })) =
+            inner.authenticate().await
+        {
+            return Err(e);
         }
         Ok(Client {
             inner: Arc::new(inner),

@@ -72,6 +72,16 @@ fn builder(options: &ConnectionOptions) -> tonic::transport::Server {
         .http2_keepalive_timeout(Some(options.keepalive_timeout))
 }
 
+/// What the client API checks requests against: the request limits and the lifetime of the
+/// tokens it issues (`auth.token_ttl_ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientApiSettings {
+    /// Request limits.
+    pub limits: Limits,
+    /// Lifetime of issued tokens, ms.
+    pub token_ttl_ms: u64,
+}
+
 /// Serves the client API on `listener` until `shutdown` resolves. The gRPC health of `""` and
 /// `ftkv.v1.Kv` follows `readiness` ([`readiness::Readiness::track_health`]); `ftkv.v1.Cluster`
 /// stays `SERVING` while the process runs (membership commands must reach a node that is not
@@ -79,8 +89,7 @@ fn builder(options: &ConnectionOptions) -> tonic::transport::Server {
 pub async fn serve_client(
     listener: TcpListener,
     cluster: ClusterNode,
-    limits: Limits,
-    token_ttl_ms: u64,
+    api: ClientApiSettings,
     options: ConnectionOptions,
     readiness: std::sync::Arc<readiness::Readiness>,
     tls: Option<crate::tls::accept::AcceptOptions>,
@@ -108,11 +117,10 @@ pub async fn serve_client(
         reflection = reflection.with_service_name(service);
     }
     let reflection = reflection.build_v1()?;
+    let ClientApiSettings { limits, token_ttl_ms } = api;
     let guard = auth::AuthGuard::new(cluster.clone(), token_ttl_ms);
-    let auth_svc = ftkv_proto::v1::auth_server::AuthServer::new(auth::service::AuthService::new(
-        guard.clone(),
-        limits.clone(),
-    ));
+    let auth_svc =
+        ftkv_proto::v1::auth_server::AuthServer::new(auth::service::AuthService::new(guard.clone(), limits));
     let kv =
         ftkv_proto::v1::kv_server::KvServer::new(kv::KvService::new(cluster.clone(), limits, guard.clone()))
             .max_decoding_message_size(CLIENT_MAX_MESSAGE_BYTES)
