@@ -52,6 +52,11 @@ struct Token {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct TokenCache {
     token: Arc<RwLock<Option<Token>>>,
+    /// One `Authenticate` at a time: concurrent calls that find the token due (or refused)
+    /// wait for it instead of each asking the node to hash the password.
+    renewing: Arc<tokio::sync::Mutex<()>>,
+    /// Bumped by every answered `Authenticate`.
+    generation: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl TokenCache {
@@ -109,20 +114,47 @@ impl Inner {
         self.config.credentials.is_some()
     }
 
+    fn needs_token(&self) -> bool {
+        self.has_credentials()
+            && (self.tokens.due() || !self.authenticated.load(std::sync::atomic::Ordering::Acquire))
+    }
+
     /// Authenticates when credentials are set and the token is missing or due for renewal.
     pub(super) async fn ensure_token(&self) -> Result<()> {
-        if self.has_credentials()
-            && (self.tokens.due() || !self.authenticated.load(std::sync::atomic::Ordering::Acquire))
-        {
-            self.authenticate().await?;
+        if self.needs_token() {
+            let _one = self.tokens.renewing.lock().await;
+            if self.needs_token() {
+                self.authenticate_now().await?;
+            }
         }
         Ok(())
+    }
+
+    /// The token generation (see [`Inner::renew_token_after`]).
+    pub(super) fn token_generation(&self) -> u64 {
+        self.tokens.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Authenticates again after a call answered `UNAUTHENTICATED` under the token of
+    /// `generation`, unless another call already got a newer one.
+    pub(super) async fn renew_token_after(&self, generation: u64) -> Result<()> {
+        let _one = self.tokens.renewing.lock().await;
+        if self.token_generation() != generation {
+            return Ok(());
+        }
+        self.authenticate_now().await
+    }
+
+    /// [`Inner::authenticate_now`], one at a time.
+    pub(super) async fn authenticate(&self) -> Result<()> {
+        let _one = self.tokens.renewing.lock().await;
+        self.authenticate_now().await
     }
 
     /// Gets a new token (`Auth.Authenticate`), from the preferred endpoint first, then the
     /// others. Auth disabled on the cluster: no token, requests go without. Batch streams are
     /// reopened so that they carry the new token.
-    pub(super) async fn authenticate(&self) -> Result<()> {
+    async fn authenticate_now(&self) -> Result<()> {
         let Some(creds) = self.config.credentials.clone() else {
             return Ok(());
         };
@@ -173,6 +205,9 @@ impl Inner {
     }
 
     fn after_new_token(&self) {
+        self.tokens
+            .generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         self.authenticated
             .store(true, std::sync::atomic::Ordering::Release);
         // Streams opened with the old token would keep sending it.
@@ -451,5 +486,32 @@ impl Client {
             }
         )
         .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tonic::service::Interceptor;
+
+    use super::*;
+
+    #[test]
+    fn the_interceptor_sends_the_cached_token_and_debug_hides_the_password() {
+        let cache = TokenCache::default();
+        let mut interceptor = cache.interceptor();
+        let r = interceptor.call(tonic::Request::new(())).unwrap();
+        assert!(r.metadata().get("authorization").is_none());
+        cache.set("ftkv1.ab.cd", Duration::from_secs(60)).unwrap();
+        let r = interceptor.call(tonic::Request::new(())).unwrap();
+        assert_eq!(r.metadata().get("authorization").unwrap(), "Bearer ftkv1.ab.cd");
+        assert!(!cache.due());
+        cache.set("t", Duration::from_millis(10)).unwrap();
+        assert!(cache.due(), "a token expiring within RENEW_BEFORE is due");
+        let creds = Credentials {
+            user: "alice".into(),
+            password: "s3cret".into(),
+        };
+        let shown = format!("{creds:?}");
+        assert!(shown.contains("alice") && !shown.contains("s3cret"), "{shown}");
     }
 }

@@ -151,6 +151,7 @@ impl Inner {
         // Whether this call authenticated again after an UNAUTHENTICATED answer (once).
         let mut reauthenticated = false;
         self.ensure_token().await?;
+        let mut token_generation = self.token_generation();
 
         for _ in 0..policy.attempts() {
             let now = Instant::now();
@@ -229,7 +230,8 @@ impl Inner {
                     {
                         // Expired or revoked token: a new one, and the same request again.
                         reauthenticated = true;
-                        self.authenticate().await?;
+                        self.renew_token_after(token_generation).await?;
+                        token_generation = self.token_generation();
                         last_error = Some(failure.error);
                         continue;
                     }

@@ -70,7 +70,7 @@ impl AuthService {
             .run(move || password::hash(&password))
             .await
             .and_then(|r| r)
-            .map_err(|e| Status::internal(e.to_string()))
+            .map_err(hash_error)
     }
 
     fn check_perm(&self, key: &[u8], range_end: &[u8]) -> Result<(), Status> {
@@ -126,6 +126,15 @@ fn to_pb(p: &Permission) -> pb::Permission {
     }
 }
 
+fn hash_error(e: password::PasswordError) -> Status {
+    match e {
+        password::PasswordError::Busy(_) => {
+            errors::cluster(crate::cluster::ClusterError::Unavailable(e.to_string()))
+        }
+        password::PasswordError::Hash(_) => Status::internal(e.to_string()),
+    }
+}
+
 fn wrong_credentials() -> Status {
     errors::unauthenticated("authentication failed: wrong user name or password")
 }
@@ -159,7 +168,7 @@ impl Auth for AuthService {
             .hashes()
             .run(move || password::verify(&password, &hash))
             .await
-            .map_err(|e| Status::internal(e.to_string()))?;
+            .map_err(hash_error)?;
         if !matches {
             tracing::info!(user = %req.name, "authentication failed: wrong password");
             return Err(wrong_credentials());
