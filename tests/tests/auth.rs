@@ -7,8 +7,8 @@
 //! permission), a read-only user's Txn with a write, a non-root user calling member remove, user
 //! add, snapshot save, alarm disarm and auth disable, auth enable without root, a token issued
 //! by one node accepted by the others and after the leader is killed, the auth state after a
-//! full cluster restart and on a node that caught up by snapshot, and a password change
-//! revoking the old token.
+//! full cluster restart and on a node that caught up by snapshot, a password change revoking
+//! the old token, and (TLS with client-cert auth) a client certificate's CN as the user.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests unwrap: a failure is the test failing
 
@@ -550,5 +550,130 @@ async fn expired_tokens_are_refused_and_the_client_renews_them() {
     root_client.put("k", "2").await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(root_client.get("k").await.unwrap(), Some(b"2".to_vec()));
+    c.check_no_panics().unwrap();
+}
+
+/// A CA issuing leaf certificates (CN and SANs `cn`, localhost, 127.0.0.1).
+struct Ca {
+    cert: rcgen::Certificate,
+    key: rcgen::KeyPair,
+}
+
+impl Ca {
+    fn new() -> Ca {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "auth test CA");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        Ca { cert, key }
+    }
+
+    fn issue(&self, cn: &str) -> (String, String) {
+        let mut params =
+            rcgen::CertificateParams::new(vec![cn.to_string(), "localhost".into(), "127.0.0.1".into()])
+                .unwrap();
+        params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        params.extended_key_usages = vec![
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+#[tokio::test]
+async fn a_client_certificate_cn_is_the_user_when_no_token_is_sent() {
+    let _serial = serial().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new();
+    let write = |name: &str, pem: &str| std::fs::write(dir.path().join(name), pem).unwrap();
+    write("ca.pem", &ca.cert.pem());
+    for id in 1..=3 {
+        let (cert, key) = ca.issue(&format!("ftkv-node-{id}"));
+        write(&format!("node-{id}.pem"), &cert);
+        write(&format!("node-{id}-key.pem"), &key);
+    }
+    let p = |n: &str| dir.path().join(n).display().to_string();
+    let env = vec![
+        ("FTKV_CERT_FILE".to_string(), p("node-{id}.pem")),
+        ("FTKV_KEY_FILE".to_string(), p("node-{id}-key.pem")),
+        ("FTKV_TRUSTED_CA_FILE".to_string(), p("ca.pem")),
+        ("FTKV_CLIENT_CERT_AUTH".to_string(), "true".to_string()),
+    ];
+    let tls_as = |cn: &str| ftkv_tests::fixture::FixtureTls {
+        ca_pem: ca.cert.pem(),
+        identity: Some(ca.issue(cn)),
+    };
+    let c = Cluster::start(ClusterOptions {
+        env,
+        client_tls: Some(tls_as("fixture")),
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let client_as = |cn: &str| {
+        c.client_builder()
+            .tls(tls_as(cn).client_options())
+            .retry(ftkv_client::RetryPolicy {
+                deadline: Duration::from_secs(10),
+                ..Default::default()
+            })
+    };
+    let root = client_as("root").build().await.unwrap();
+    root.user_add("root", ROOT_PW).await.unwrap();
+    root.role_add("root").await.unwrap();
+    root.user_grant_role("root", "root").await.unwrap();
+    root.user_add("alice", ALICE_PW).await.unwrap();
+    root.role_add("a-writer").await.unwrap();
+    root.role_grant_permission(
+        "a-writer",
+        Permission {
+            perm_type: PermType::ReadWrite,
+            key: b"a/".to_vec(),
+            range_end: b"a0".to_vec(),
+        },
+    )
+    .await
+    .unwrap();
+    root.user_grant_role("alice", "a-writer").await.unwrap();
+    root.auth_enable().await.unwrap();
+
+    // No token: the certificate's CN is the user (Kv.Batch items and unary calls alike).
+    let alice = client_as("alice").build().await.unwrap();
+    alice.put("a/1", "v").await.unwrap();
+    match alice.put("b/1", "v").await {
+        Err(Error::PermissionDenied { message }) => {
+            assert!(
+                message.contains("\"alice\"") && message.contains("b/1"),
+                "{message}"
+            )
+        }
+        other => panic!("alice's certificate writing b/1: {other:?}"),
+    }
+    match alice.user_list().await {
+        Err(Error::PermissionDenied { message }) => assert!(message.contains("root"), "{message}"),
+        other => panic!("alice's certificate listing users: {other:?}"),
+    }
+    assert_eq!(
+        root.user_list().await.unwrap(),
+        vec!["alice".to_string(), "root".to_string()]
+    );
+    // A CN that is no user, and no token: UNAUTHENTICATED.
+    let stranger = client_as("stranger").build().await.unwrap();
+    match stranger.get("a/1").await {
+        Err(Error::Unauthenticated { message }) => assert!(message.contains("stranger"), "{message}"),
+        other => panic!("a certificate naming no user: {other:?}"),
+    }
+    // A token wins over the certificate: root's certificate with alice's token is alice.
+    let root_cert_alice_user = client_as("root").user("alice", ALICE_PW).build().await.unwrap();
+    match root_cert_alice_user.put("b/2", "v").await {
+        Err(Error::PermissionDenied { message }) => assert!(message.contains("\"alice\""), "{message}"),
+        other => panic!("the token's user is the caller: {other:?}"),
+    }
     c.check_no_panics().unwrap();
 }

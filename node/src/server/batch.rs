@@ -40,27 +40,36 @@ const RESPONSE_BUFFER: usize = 64;
 pub type BatchStream = Pin<Box<dyn Stream<Item = Result<pb::BatchResponse, Status>> + Send + 'static>>;
 
 /// Starts the driver for one `Kv.Batch` call and returns its response stream.
-/// `token`: the stream's `authorization` metadata, which every item carries to its handler
-/// (each item is checked on its own, so a token that expires ends the stream's items).
+/// The stream's credentials, which every item carries to its handler (each item is checked on
+/// its own, so a token that expires ends the stream's items).
+#[derive(Debug, Clone, Default)]
+pub struct Credentials {
+    /// The `authorization` metadata.
+    pub token: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+    /// The user of the connection's client certificate.
+    pub cert: Option<super::auth::CertUser>,
+}
+
+/// `creds`: see [`Credentials`].
 pub fn serve(
     service: Arc<KvService>,
-    token: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+    creds: Credentials,
     inbound: Streaming<pb::BatchRequest>,
 ) -> BatchStream {
     let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
-    tokio::spawn(drive(service, token, inbound, tx));
+    tokio::spawn(drive(service, Arc::new(creds), inbound, tx));
     Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
 }
 
 /// Runs one item through the unary handler of its kind.
 async fn handle(
     service: Arc<KvService>,
-    token: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+    creds: Arc<Credentials>,
     item: pb::BatchRequestItem,
 ) -> pb::BatchResponseItem {
     let id = item.id;
     let svc = service.as_ref();
-    let token = token.as_ref();
+    let token = creds.as_ref();
     let result = match item.request {
         Some(ItemRequest::Get(r)) => svc
             .get(with_token(r, token))
@@ -95,23 +104,23 @@ async fn handle(
     }
 }
 
-/// A batch item as a unary request carrying the stream's token.
-fn with_token<T>(
-    item: T,
-    token: Option<&tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
-) -> Request<T> {
+/// A batch item as a unary request carrying the stream's credentials.
+fn with_token<T>(item: T, creds: &Credentials) -> Request<T> {
     let mut request = Request::new(item);
-    if let Some(t) = token {
+    if let Some(t) = &creds.token {
         request
             .metadata_mut()
             .insert(super::auth::AUTHORIZATION, t.clone());
+    }
+    if let Some(user) = &creds.cert {
+        request.extensions_mut().insert(user.clone());
     }
     request
 }
 
 async fn drive(
     service: Arc<KvService>,
-    token: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+    creds: Arc<Credentials>,
     mut inbound: Streaming<pb::BatchRequest>,
     tx: mpsc::Sender<Result<pb::BatchResponse, Status>>,
 ) {
@@ -134,7 +143,7 @@ async fn drive(
                     }
                     metrics::histogram!("ftkv_kv_batch_items").record(batch.items.len() as f64);
                     for item in batch.items {
-                        pending.push(handle(service.clone(), token.clone(), item));
+                        pending.push(handle(service.clone(), creds.clone(), item));
                     }
                 }
                 Ok(None) => inbound_open = false,

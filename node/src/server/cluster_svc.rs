@@ -153,7 +153,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<pb::AlarmDisarmRequest>,
     ) -> Result<Response<pb::AlarmResponse>, Status> {
-        self.auth.require_root(request.metadata(), "alarm disarm").await?;
+        self.auth.require_root(&request, "alarm disarm").await?;
         match self.cluster.disarm_alarm().await {
             Ok(()) => Ok(Response::new(self.alarm_response())),
             Err(crate::cluster::ClusterError::NoSpace(a)) => {
@@ -175,9 +175,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<pb::AddLearnerRequest>,
     ) -> Result<Response<pb::MembersResponse>, Status> {
-        self.auth
-            .require_root(request.metadata(), "member add-learner")
-            .await?;
+        self.auth.require_root(&request, "member add-learner").await?;
         let req = request.into_inner();
         if req.id == 0 || req.client_endpoint.is_empty() || req.peer_endpoint.is_empty() {
             return Err(errors::invalid(
@@ -199,9 +197,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<pb::PromoteRequest>,
     ) -> Result<Response<pb::MembersResponse>, Status> {
-        self.auth
-            .require_root(request.metadata(), "member promote")
-            .await?;
+        self.auth.require_root(&request, "member promote").await?;
         self.cluster
             .promote(request.into_inner().id)
             .await
@@ -213,9 +209,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<pb::RemoveRequest>,
     ) -> Result<Response<pb::MembersResponse>, Status> {
-        self.auth
-            .require_root(request.metadata(), "member remove")
-            .await?;
+        self.auth.require_root(&request, "member remove").await?;
         self.cluster
             .remove(request.into_inner().id)
             .await

@@ -128,7 +128,7 @@ impl Kv for KvService {
         &self,
         request: Request<tonic::Streaming<pb::BulkLoadRequest>>,
     ) -> Result<Response<pb::BulkLoadResponse>, Status> {
-        let caller = self.auth.caller(request.metadata()).await?;
+        let caller = self.auth.caller(&request).await?;
         super::bulk_load::serve(
             &self.cluster,
             &self.limits,
@@ -144,15 +144,16 @@ impl Kv for KvService {
         request: Request<tonic::Streaming<pb::BatchRequest>>,
     ) -> Result<Response<Self::BatchStream>, Status> {
         let token = request.metadata().get(super::auth::AUTHORIZATION).cloned();
+        let cert = super::auth::cert_user(request.extensions());
         Ok(Response::new(super::batch::serve(
             Arc::new(self.clone()),
-            token,
+            super::batch::Credentials { token, cert },
             request.into_inner(),
         )))
     }
 
     async fn get(&self, request: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
-        let caller = self.auth.caller(request.metadata()).await?;
+        let caller = self.auth.caller(&request).await?;
         let req = request.into_inner();
         convert::client_key(&self.limits, &req.key)?;
         self.auth.allow(&caller, &needs::read_key(&req.key))?;
@@ -168,7 +169,7 @@ impl Kv for KvService {
     }
 
     async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
-        let caller = self.auth.caller(request.metadata()).await?;
+        let caller = self.auth.caller(&request).await?;
         let req = request.into_inner();
         let op = convert::put(
             &self.limits,
@@ -189,7 +190,7 @@ impl Kv for KvService {
         &self,
         request: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
-        let caller = self.auth.caller(request.metadata()).await?;
+        let caller = self.auth.caller(&request).await?;
         let req = request.into_inner();
         convert::client_key(&self.limits, &req.key)?;
         self.auth.allow(
@@ -205,7 +206,7 @@ impl Kv for KvService {
     }
 
     async fn scan(&self, request: Request<pb::ScanRequest>) -> Result<Response<pb::ScanResponse>, Status> {
-        let caller = self.auth.caller(request.metadata()).await?;
+        let caller = self.auth.caller(&request).await?;
         let req = request.into_inner();
         convert::range_start(&self.limits, &req.start)?;
         self.limits.check_bound(&req.end).map_err(|e| errors::limit(&e))?;
@@ -262,7 +263,7 @@ impl Kv for KvService {
     }
 
     async fn write(&self, request: Request<pb::WriteRequest>) -> Result<Response<pb::WriteResponse>, Status> {
-        let caller = self.auth.caller(request.metadata()).await?;
+        let caller = self.auth.caller(&request).await?;
         let req = request.into_inner();
         if req.ops.is_empty() {
             return Err(errors::invalid("write needs at least one op"));
@@ -282,7 +283,7 @@ impl Kv for KvService {
     }
 
     async fn txn(&self, request: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
-        let caller = self.auth.caller(request.metadata()).await?;
+        let caller = self.auth.caller(&request).await?;
         let req = request.into_inner();
         let mut size = BatchSize::default();
         let compares = req
@@ -341,7 +342,7 @@ impl Kv for KvService {
         &self,
         request: Request<pb::UpsertRequest>,
     ) -> Result<Response<pb::UpsertResponse>, Status> {
-        let caller = self.auth.caller(request.metadata()).await?;
+        let caller = self.auth.caller(&request).await?;
         let req = request.into_inner();
         let op = convert::upsert_key(&self.limits, req.key, req.op, &mut BatchSize::default())?;
         self.auth.allow(&caller, &[needs::write_op(&op)])?;

@@ -46,9 +46,7 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
         &self,
         request: Request<pb::SnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
-        self.auth
-            .require_root(request.metadata(), "snapshot save")
-            .await?;
+        self.auth.require_root(&request, "snapshot save").await?;
         let image = self
             .cluster
             .backup_image()

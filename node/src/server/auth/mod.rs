@@ -11,6 +11,9 @@
 //! - membership changes, `AlarmDisarm`, `Maintenance.Snapshot` and the Auth administration
 //!   calls: the role `root`.
 //!
+//! Without a token, the CN of a verified client certificate (TLS with `--trusted-ca-file`) is
+//! the user when it names one (etcd's `--client-cert-auth`); a token wins over it.
+//!
 //! `UNAUTHENTICATED`: no token, a malformed, forged or expired one, an unknown user, a token
 //! issued before the user's last change (revision), a wrong password. `PERMISSION_DENIED`:
 //! names the user, the key range and the permission missing. A check that fails because this
@@ -33,6 +36,25 @@ use crate::cluster::ClusterNode;
 
 /// The metadata key of the token.
 pub const AUTHORIZATION: &str = "authorization";
+
+/// The user a verified client certificate names (its first CN), carried into the requests a
+/// `Kv.Batch` stream's items become (they have no connection of their own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertUser(pub String);
+
+/// The CN of the client certificate the connection was verified with (TLS with a trusted CA:
+/// rustls checked it against `--trusted-ca-file` during the handshake), if any.
+pub fn cert_user(extensions: &tonic::Extensions) -> Option<CertUser> {
+    if let Some(user) = extensions.get::<CertUser>() {
+        return Some(user.clone());
+    }
+    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+    let info = extensions.get::<TlsConnectInfo<TcpConnectInfo>>()?;
+    let certs = info.peer_certs()?;
+    let leaf = certs.first()?;
+    let names = crate::tls::identity::CertNames::of(leaf.as_ref()).ok()?;
+    names.common_names.into_iter().next().map(CertUser)
+}
 
 /// Who is calling.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,14 +117,24 @@ impl AuthGuard {
         Some(self.state())
     }
 
-    /// Who sends a request with `metadata`: [`Caller::Open`] while auth is disabled, else the
-    /// token's user (`UNAUTHENTICATED` when there is no valid token).
-    pub async fn caller(&self, metadata: &MetadataMap) -> Result<Caller, Status> {
+    /// Who sends `request`: [`Caller::Open`] while auth is disabled, else the token's user,
+    /// else (no token) the CN of the verified client certificate when it names a user (etcd's
+    /// `--client-cert-auth`); `UNAUTHENTICATED` otherwise.
+    pub async fn caller<T>(&self, request: &tonic::Request<T>) -> Result<Caller, Status> {
+        self.caller_of(request.metadata(), cert_user(request.extensions()))
+            .await
+    }
+
+    /// [`AuthGuard::caller`] of a request's metadata and certificate user.
+    pub async fn caller_of(&self, metadata: &MetadataMap, cert: Option<CertUser>) -> Result<Caller, Status> {
         let state = self.state();
         if !state.enabled {
             return Ok(Caller::Open);
         }
         let Some(tok) = bearer(metadata)? else {
+            if let Some(CertUser(cn)) = cert {
+                return self.cert_caller(&state, cn).await;
+            }
             return Err(errors::unauthenticated(
                 "auth is enabled and the request carries no token (authenticate with a user \
                  and password, then send \"authorization: Bearer <token>\")",
@@ -121,6 +153,20 @@ impl AuthGuard {
                 },
                 None => Err(unknown_user(&claims)),
             },
+        }
+    }
+
+    /// The user a client certificate's CN names (re-checked after a read barrier when this
+    /// node does not know it yet).
+    async fn cert_caller(&self, state: &AuthState, cn: String) -> Result<Caller, Status> {
+        if state.users.contains_key(&cn) {
+            return Ok(Caller::User(cn));
+        }
+        match self.fresh_state().await {
+            Some(fresh) if fresh.users.contains_key(&cn) => Ok(Caller::User(cn)),
+            _ => Err(errors::unauthenticated(format!(
+                "no token, and the client certificate's CN \"{cn}\" is not a user"
+            ))),
         }
     }
 
@@ -145,19 +191,9 @@ impl AuthGuard {
         Ok(())
     }
 
-    /// [`AuthGuard::caller`] then [`AuthGuard::allow`].
-    pub async fn authorize(
-        &self,
-        metadata: &MetadataMap,
-        needed: &[(PermType, KeyRange)],
-    ) -> Result<(), Status> {
-        let caller = self.caller(metadata).await?;
-        self.allow(&caller, needed)
-    }
-
     /// Refuses a caller without the role `root` while auth is enabled; `what` names the call.
-    pub async fn require_root(&self, metadata: &MetadataMap, what: &str) -> Result<(), Status> {
-        match self.caller(metadata).await? {
+    pub async fn require_root<T>(&self, request: &tonic::Request<T>, what: &str) -> Result<(), Status> {
+        match self.caller(request).await? {
             Caller::Open => Ok(()),
             Caller::User(user) if self.state().is_root(&user) => Ok(()),
             Caller::User(user) => Err(errors::permission_denied(format!(

@@ -60,7 +60,7 @@ impl AuthService {
     }
 
     async fn root<T>(&self, request: &Request<T>, what: &str) -> Result<(), Status> {
-        self.guard.require_root(request.metadata(), what).await
+        self.guard.require_root(request, what).await
     }
 
     async fn hash(&self, password: String) -> Result<String, Status> {
