@@ -150,7 +150,13 @@ impl Inner {
         let mut draining: Vec<String> = Vec::new();
         // Whether this call authenticated again after an UNAUTHENTICATED answer (once).
         let mut reauthenticated = false;
-        self.ensure_token().await?;
+        // No node reachable to authenticate yet: the attempts below find out, under the
+        // policy's backoff (and authenticate once they are answered UNAUTHENTICATED).
+        if let Err(e) = self.ensure_token().await {
+            if !e.is_retryable() {
+                return Err(e.into());
+            }
+        }
         let mut token_generation = self.token_generation();
 
         for _ in 0..policy.attempts() {
@@ -229,11 +235,20 @@ impl Inner {
                         && !reauthenticated
                     {
                         // Expired or revoked token: a new one, and the same request again.
-                        reauthenticated = true;
-                        self.renew_token_after(token_generation).await?;
-                        token_generation = self.token_generation();
-                        last_error = Some(failure.error);
-                        continue;
+                        match self.renew_token_after(token_generation).await {
+                            Ok(()) => {
+                                reauthenticated = true;
+                                token_generation = self.token_generation();
+                                last_error = Some(failure.error);
+                                continue;
+                            }
+                            // Nobody answered Authenticate: an attempt failed, try again later.
+                            Err(e) if e.is_retryable() => {
+                                failure.error = e;
+                                failure.retry = true;
+                            }
+                            Err(e) => return Err(e.into()),
+                        }
                     }
                     if !failure.retry {
                         return Err(finish_error(kind, failure.error, maybe_applied).into());
