@@ -357,6 +357,14 @@ async fn auth_matrix_on_a_three_node_cluster() {
         .auth_disable(req(pb::AuthDisableRequest {}, Some(&alice)))
         .await;
     expect_code("alice disables auth", r, Code::PermissionDenied);
+    let r = ClusterClient::new(channel(&c, leader).await)
+        .status(req(pb::StatusRequest { with_digest: true }, Some(&alice)))
+        .await;
+    expect_code("alice asks for the state digest", r, Code::PermissionDenied);
+    let r = ClusterClient::new(channel(&c, leader).await)
+        .status(req(pb::StatusRequest { with_digest: false }, None))
+        .await;
+    assert!(r.is_ok(), "status without a digest stays open: {r:?}");
     let r = AuthClient::new(channel(&c, leader).await)
         .user_add(req(
             pb::UserAddRequest {

@@ -15,8 +15,9 @@ pub struct ClusterService {
 }
 
 impl ClusterService {
-    /// Serves `cluster`; membership changes and alarm disarm need the role root while auth is
-    /// enabled (status, members and the alarm list stay open: clients find the leader with them).
+    /// Serves `cluster`; membership changes, alarm disarm and a status with the state digest
+    /// (a full scan) need the role root while auth is enabled (status, members and the alarm
+    /// list stay open: clients find the leader with them).
     pub fn new(cluster: ClusterNode, auth: std::sync::Arc<super::auth::AuthGuard>) -> Self {
         Self { cluster, auth }
     }
@@ -93,6 +94,12 @@ impl Cluster for ClusterService {
         &self,
         request: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
+        if request.get_ref().with_digest {
+            // A digest scans every pair: with auth on, an administrator's call.
+            self.auth
+                .require_root(&request, "endpoint status --digest")
+                .await?;
+        }
         let req = request.into_inner();
         let engine = self.cluster.engine();
         let (digest, st) = if req.with_digest {
