@@ -414,6 +414,52 @@ async fn auth_matrix_on_a_three_node_cluster() {
         "{}",
         out.stderr
     );
+    // Bulk load (Kv.BulkLoad): every row's key needs WRITE; a refused load applies nothing.
+    let csv = c.dir().join("rows.csv");
+    std::fs::write(&csv, "1,x\n2,y\n").unwrap();
+    let csv = csv.to_str().unwrap();
+    let load = |prefix: &'static str| {
+        [
+            "--user",
+            "alice",
+            "--password-file",
+            pw,
+            "load",
+            csv,
+            "--columns",
+            "id:int,name:str",
+            "--key-columns",
+            "id",
+            "--prefix",
+            prefix,
+        ]
+    };
+    let out = c.ctl(&load("a/load/")).await.unwrap();
+    assert!(out.success(), "{}", out.stderr);
+    let out = c.ctl(&load("b/load/")).await.unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        out.stderr.contains("permission denied") && out.stderr.contains("b/load/"),
+        "{}",
+        out.stderr
+    );
+    let root_scan = c.client_builder().user("root", ROOT_PW).build().await.unwrap();
+    assert_eq!(
+        root_scan
+            .scan_prefix("b/load/", 0, Default::default())
+            .await
+            .unwrap()
+            .len(),
+        0
+    );
+    assert_eq!(
+        root_scan
+            .scan_prefix("a/load/", 0, Default::default())
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
     let out = c.ctl(&["put", "a/ctl", "v"]).await.unwrap();
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(out.stderr.contains("unauthenticated"), "{}", out.stderr);
