@@ -119,7 +119,7 @@ pub enum RoleCommand {
         #[arg(long, conflicts_with = "end")]
         from_key: bool,
     },
-    /// Take the permission on exactly KEY [END] (or --prefix, --from-key) from a role.
+    /// Take the permission on exactly KEY, or KEY to END (or --prefix, --from-key), from a role.
     RevokePermission {
         /// Role.
         name: String,

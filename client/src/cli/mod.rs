@@ -3,7 +3,8 @@
 //!
 //! Shaped after etcdctl v3: global `--endpoints` (env `FTKV_ENDPOINTS`), `-w simple|json|table`,
 //! `--hex` for binary keys, then `put`, `get`, `del`, `scan`, `txn`, `upsert`, `member`,
-//! `endpoint status`, `endpoint health`, `alarm list|disarm`, `snapshot save`, `bench put`.
+//! `endpoint status`, `endpoint health`, `alarm list|disarm`, `snapshot save`, `bench put`,
+//! `user`, `role`, `auth` (etcd's auth; global `--user`, password never from a flag: see [`auth`]).
 //!
 //! Exit codes: 0 on success (including `get` of a missing key: nothing is printed in simple
 //! and table mode, `{"found":false}` in JSON mode) and when stdout is closed early (e.g.
