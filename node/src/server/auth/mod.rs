@@ -149,9 +149,9 @@ impl AuthGuard {
                 Some(fresh) => match token_user(&fresh, &claims) {
                     Ok(()) => Ok(Caller::User(claims.user)),
                     Err(TokenUser::Revoked) => Err(revoked(&claims)),
-                    Err(TokenUser::MaybeLagging) => Err(unknown_user(&claims)),
+                    Err(TokenUser::MaybeLagging) => Err(unknown_user(&fresh, &claims)),
                 },
-                None => Err(unknown_user(&claims)),
+                None => Err(unknown_user(&self.state(), &claims)),
             },
         }
     }
@@ -242,6 +242,13 @@ fn revoked(claims: &Claims) -> Status {
     ))
 }
 
-fn unknown_user(claims: &Claims) -> Status {
+fn unknown_user(state: &AuthState, claims: &Claims) -> Status {
+    if state.users.contains_key(&claims.user) {
+        return errors::unauthenticated(format!(
+            "the token of user \"{}\" is newer than this node's copy of the user (the node lags \
+             behind the leader): retry, or ask the leader",
+            claims.user
+        ));
+    }
     errors::unauthenticated(format!("the token's user \"{}\" does not exist", claims.user))
 }

@@ -73,6 +73,16 @@ impl AuthService {
             .map_err(hash_error)
     }
 
+    /// Whether `password` matches `hash` (argon2 through the node's gate).
+    async fn verify(&self, password: &str, hash: &str) -> Result<bool, Status> {
+        let (password, hash) = (password.to_string(), hash.to_string());
+        self.guard
+            .hashes()
+            .run(move || password::verify(&password, &hash))
+            .await
+            .map_err(hash_error)
+    }
+
     fn check_perm(&self, key: &[u8], range_end: &[u8]) -> Result<(), Status> {
         self.limits.check_bound(key).map_err(|e| errors::limit(&e))?;
         self.limits
@@ -161,14 +171,20 @@ impl Auth for AuthService {
         let Some(user) = state.users.get(&req.name).cloned() else {
             return Err(wrong_credentials());
         };
-        let hash = user.password_hash.clone();
-        let password = req.password;
-        let matches = self
-            .guard
-            .hashes()
-            .run(move || password::verify(&password, &hash))
-            .await
-            .map_err(hash_error)?;
+        let mut user = user;
+        let mut matches = self.verify(&req.password, &user.password_hash).await?;
+        if !matches {
+            // This node may not have applied a password change yet: ask again after a read
+            // barrier when the user changed meanwhile.
+            if self.guard.cluster().read_barrier().await.is_ok() {
+                let fresh = self.guard.state();
+                if let Some(newer) = fresh.users.get(&req.name).filter(|u| u.revision != user.revision) {
+                    user = newer.clone();
+                    state = fresh.clone();
+                    matches = self.verify(&req.password, &user.password_hash).await?;
+                }
+            }
+        }
         if !matches {
             tracing::info!(user = %req.name, "authentication failed: wrong password");
             return Err(wrong_credentials());
