@@ -4,6 +4,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
         "ftkv/v1/kv.proto",
         "ftkv/v1/maintenance.proto",
+        "ftkv/v1/auth.proto",
         "ftkv/raft/v1/raft.proto",
     ];
     for p in protos {

@@ -21,12 +21,12 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use crate::client::AuthChannel;
 use ftkv_proto::v1 as pb;
 use ftkv_proto::v1::kv_client::KvClient;
 use pb::batch_request_item::Request as ItemRequest;
 use pb::batch_response_item::Response as ItemResponse;
 use tokio::sync::{mpsc, oneshot};
-use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use crate::error::{not_sent, over_client_limit};
@@ -78,7 +78,7 @@ impl BatchConn {
     /// Starts the driver task for a stream over `kv` (the stream itself opens with the first
     /// request). Must be called inside a tokio runtime.
     /// `max_message_bytes` is the client's message limit (the one `kv` encodes with).
-    pub(crate) fn open(kv: KvClient<Channel>, max_message_bytes: usize) -> Self {
+    pub(crate) fn open(kv: KvClient<AuthChannel>, max_message_bytes: usize) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let state = Arc::new(ConnState::default());
         let max_batch_bytes = MAX_BYTES_PER_BATCH.min(max_message_bytes);
@@ -204,7 +204,7 @@ fn fail_all(
 }
 
 async fn drive(
-    mut kv: KvClient<Channel>,
+    mut kv: KvClient<AuthChannel>,
     mut rx: mpsc::UnboundedReceiver<Queued>,
     state: Arc<ConnState>,
     max_batch_bytes: usize,

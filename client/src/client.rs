@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use tonic::transport::Channel;
 
 mod alarm;
+mod auth;
 mod builder;
 mod bulk;
 mod call;
@@ -26,6 +27,9 @@ mod maintenance;
 pub use bulk::{BulkLoadReport, BulkLoader, OnDuplicate};
 
 pub use alarm::{Alarm, NodeAlarms};
+pub(crate) use auth::AuthChannel;
+pub(crate) use auth::TokenCache;
+pub use auth::{AuthStatus, PermType, Permission};
 pub(crate) use builder::normalize_endpoint;
 use builder::Config;
 #[cfg(test)]
@@ -67,6 +71,10 @@ struct Inner {
     /// `StaleSequence` answer ([`Inner::retire_client_id`]); writes already begun keep theirs.
     sessions: Mutex<Arc<SessionTracker>>,
     drop_write_responses: AtomicU32,
+    /// The token every call carries (with a user, [`ClientBuilder::user`]).
+    tokens: TokenCache,
+    /// Set once `Authenticate` answered (a token, or "auth not enabled").
+    authenticated: std::sync::atomic::AtomicBool,
 }
 
 /// What one attempt of a call talks to: the endpoint and its channel. `Kv` calls also look up
@@ -80,7 +88,7 @@ struct Conn {
 /// The `Kv` calls of one attempt: through the endpoint's `Kv.Batch` stream when there is one,
 /// else unary. Same shapes as the generated `KvClient` methods.
 struct KvConn {
-    unary: KvClient<Channel>,
+    unary: KvClient<AuthChannel>,
     batch: Option<BatchConn>,
     /// The client's `max_message_bytes`: a larger request is refused before it is sent.
     max_message_bytes: usize,
@@ -230,8 +238,8 @@ impl Inner {
         true
     }
 
-    fn kv_client(&self, ch: Channel) -> KvClient<Channel> {
-        KvClient::new(ch)
+    fn kv_client(&self, ch: Channel) -> KvClient<AuthChannel> {
+        KvClient::with_interceptor(ch, self.tokens.interceptor())
             .max_decoding_message_size(self.config.max_message_bytes)
             .max_encoding_message_size(self.config.max_message_bytes)
     }
@@ -264,8 +272,8 @@ impl Inner {
         Some(conn)
     }
 
-    fn cluster(&self, conn: Conn) -> ClusterClient<Channel> {
-        ClusterClient::new(conn.channel)
+    fn cluster(&self, conn: Conn) -> ClusterClient<AuthChannel> {
+        ClusterClient::with_interceptor(conn.channel, self.tokens.interceptor())
             .max_decoding_message_size(self.config.max_message_bytes)
             .max_encoding_message_size(self.config.max_message_bytes)
     }

@@ -24,6 +24,12 @@
 //! (its `ErrorInfo`) or the request never left the client. After a `StaleSequence` answer
 //! new writes move to a fresh client id ([`Client::client_id`]).
 //!
+//! With auth enabled on the cluster, [`ClientBuilder::user`] authenticates and sends the token on
+//! every call, renewing it before it expires and once after an `UNAUTHENTICATED` answer;
+//! refusals are [`Error::Unauthenticated`] and [`Error::PermissionDenied`]. The administration
+//! of users and roles is [`Client::user_add`], [`Client::role_grant_permission`],
+//! [`Client::auth_enable`] and their neighbours.
+//!
 //! Depends on `ftkv-proto` only: no openraft or node types, and no tonic types in the public
 //! API (statuses are converted to [`Error`]).
 
@@ -43,8 +49,8 @@ mod types;
 pub mod cli;
 
 pub use client::{
-    Alarm, BulkLoadReport, BulkLoader, Client, ClientBuilder, NodeAlarms, OnDuplicate, DEFAULT_ENDPOINT,
-    DEFAULT_MAX_MESSAGE_BYTES,
+    Alarm, AuthStatus, BulkLoadReport, BulkLoader, Client, ClientBuilder, NodeAlarms, OnDuplicate, PermType,
+    Permission, DEFAULT_ENDPOINT, DEFAULT_MAX_MESSAGE_BYTES,
 };
 pub use error::{Error, Result};
 pub use retry::RetryPolicy;

@@ -394,3 +394,55 @@ async fn reversed_ranges_get_a_clear_error() {
         "nothing was sent"
     );
 }
+
+/// `--user` takes its password from a file, FTKV_PASSWORD or a terminal prompt, never a flag.
+#[tokio::test]
+async fn a_user_password_never_comes_from_a_flag() {
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ftkvctl"))
+            .args(args)
+            .env_remove("FTKV_PASSWORD")
+            .env_remove("FTKV_PASSWORD_FILE")
+            .env_remove("FTKV_USER")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let o = run(&["--endpoints", "127.0.0.1:1", "--user", "alice", "get", "k"]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(
+        stderr(&o).contains("--user alice needs a password: --password-file FILE, FTKV_PASSWORD"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&[
+        "--endpoints",
+        "127.0.0.1:1",
+        "--user",
+        "alice",
+        "--password",
+        "x",
+        "get",
+        "k",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "no --password flag: {o:?}");
+    let empty = std::env::temp_dir().join(format!("ftkvctl-empty-pw-{}", std::process::id()));
+    std::fs::write(&empty, "").unwrap();
+    let o = run(&[
+        "--endpoints",
+        "127.0.0.1:1",
+        "--user",
+        "alice",
+        "--password-file",
+        empty.to_str().unwrap(),
+        "get",
+        "k",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(stderr(&o).contains("is empty"), "{}", stderr(&o));
+    std::fs::remove_file(&empty).unwrap();
+    // A new user's password: never a flag either.
+    let o = run(&["--endpoints", "127.0.0.1:1", "user", "add", "bob"]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(stderr(&o).contains("FTKV_NEW_PASSWORD"), "{}", stderr(&o));
+}

@@ -18,7 +18,9 @@ pub mod logging;
 pub mod server;
 pub use flags::ConfigFlags;
 pub use logging::{LogFormat, LoggingConfig};
+pub mod auth;
 pub mod space;
+pub use auth::AuthConfig;
 pub use server::ServerConfig;
 pub use space::SpaceConfig;
 pub mod tls;
@@ -89,6 +91,8 @@ pub struct Config {
     pub space: SpaceConfig,
     /// TLS on the client, peer and status ports.
     pub tls: TlsConfig,
+    /// Token lifetime (users and roles are replicated state).
+    pub auth: AuthConfig,
     /// The node's diagnostic log: format, level, slow-request threshold.
     pub logging: LoggingConfig,
     /// Test-only switches that break guarantees on purpose (for the fault harness canaries).
@@ -115,6 +119,7 @@ impl Default for Config {
             server: ServerConfig::default(),
             space: SpaceConfig::default(),
             tls: TlsConfig::default(),
+            auth: AuthConfig::default(),
             logging: LoggingConfig::default(),
             testing: TestingConfig::default(),
         }
@@ -480,6 +485,7 @@ impl Config {
         self.server.validate()?;
         self.space.validate()?;
         self.tls.validate()?;
+        self.auth.validate()?;
         self.logging.validate()?;
         if self.log.segment_size.as_u64() < 64 * 1024 {
             return Err(ConfigError::Invalid(
@@ -609,6 +615,7 @@ mod tests {
         assert_eq!(cfg.limits, defaults.limits);
         assert_eq!(cfg.server, defaults.server);
         assert_eq!(cfg.space, defaults.space);
+        assert_eq!(cfg.auth, defaults.auth);
         assert_eq!(cfg.testing, defaults.testing);
     }
 

@@ -8,6 +8,7 @@
 //! Only `cluster` names openraft types; nothing below `server` formats a gRPC status. This crate
 //! never depends on the engine's internals (only the `Engine` trait).
 
+pub mod auth;
 pub mod backup;
 pub mod check_config;
 pub mod cluster;

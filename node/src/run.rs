@@ -246,7 +246,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let client_task = tokio::spawn(crate::server::serve_client(
         client_listener,
         cluster.clone(),
-        config.limits,
+        crate::server::ClientApiSettings {
+            limits: config.limits,
+            token_ttl_ms: config.auth.token_ttl_ms,
+        },
         connections,
         readiness.clone(),
         accept_options(&tls.client, crate::tls::accept::PlaintextAnswer::Grpc),

@@ -157,6 +157,8 @@ pub fn only_frees_space(command: &Command) -> bool {
         // Cancelling a load deletes its staged chunks.
         Command::BulkAbort { .. } => true,
         Command::BulkStage { .. } | Command::BulkCommit { .. } => false,
+        // Users and roles are a few bytes: an operator can still manage them.
+        Command::Auth(_) => true,
     }
 }
 

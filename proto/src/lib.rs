@@ -1,5 +1,7 @@
 //! ftkv's wire protocol: types and tonic client/server stubs generated from
-//! `proto/ftkv/v1/kv.proto` (client API: `ftkv.v1.Kv`, `ftkv.v1.Cluster`) and
+//! `proto/ftkv/v1/kv.proto` (client API: `ftkv.v1.Kv`, `ftkv.v1.Cluster`),
+//! `proto/ftkv/v1/maintenance.proto`, `proto/ftkv/v1/auth.proto` (`ftkv.v1.Auth`: users, roles,
+//! tokens) and
 //! `proto/ftkv/raft/v1/raft.proto` (peer RPCs: `ftkv.raft.v1.Raft`).
 //!
 //! Generated at build time in pure Rust (protox + tonic-prost-build); needs no
@@ -44,6 +46,14 @@ pub mod status_details {
     /// `ErrorInfo.reason` of the answer a TLS port gives a plaintext client
     /// (`FAILED_PRECONDITION`, KIND_INVALID): the client must connect with TLS.
     pub const REASON_TLS_REQUIRED: &str = "TLS_REQUIRED";
+
+    /// `ErrorInfo.reason` of `Auth.Authenticate` while auth is disabled (`FAILED_PRECONDITION`):
+    /// requests need no token.
+    pub const REASON_AUTH_NOT_ENABLED: &str = "AUTH_NOT_ENABLED";
+
+    /// `ErrorInfo.reason` of an auth administration call the cluster refused under its users
+    /// and roles (`NOT_FOUND`, `ALREADY_EXISTS`, `FAILED_PRECONDITION`): nothing changed.
+    pub const REASON_AUTH_REFUSED: &str = "AUTH_REFUSED";
 
     /// `ErrorInfo.reason` of a bulk load (ON_DUPLICATE_ERROR) that met a key twice
     /// (`ALREADY_EXISTS`, KIND_INVALID); `metadata`: `key` (hex), `first_row` (absent when the key

@@ -366,6 +366,7 @@ async fn reflection_lists_the_services() {
     assert_eq!(
         names,
         [
+            "ftkv.v1.Auth",
             "ftkv.v1.Cluster",
             "ftkv.v1.Kv",
             "ftkv.v1.Maintenance",

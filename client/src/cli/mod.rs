@@ -3,7 +3,8 @@
 //!
 //! Shaped after etcdctl v3: global `--endpoints` (env `FTKV_ENDPOINTS`), `-w simple|json|table`,
 //! `--hex` for binary keys, then `put`, `get`, `del`, `scan`, `txn`, `upsert`, `member`,
-//! `endpoint status`, `endpoint health`, `alarm list|disarm`, `snapshot save`, `bench put`.
+//! `endpoint status`, `endpoint health`, `alarm list|disarm`, `snapshot save`, `bench put`,
+//! `user`, `role`, `auth` (etcd's auth; global `--user`, password never from a flag: see [`auth`]).
 //!
 //! Exit codes: 0 on success (including `get` of a missing key: nothing is printed in simple
 //! and table mode, `{"found":false}` in JSON mode) and when stdout is closed early (e.g.
@@ -17,6 +18,7 @@
 //! with a `<field>_encoding: "hex"` marker, `--hex` writes hex everywhere.
 
 pub mod alarm;
+pub mod auth;
 pub mod bench;
 mod endpoint;
 pub mod hex;
@@ -100,6 +102,13 @@ pub struct Cli {
         requires = "cert_file"
     )]
     pub key: Option<std::path::PathBuf>,
+    /// Authenticate as this user (auth enabled). The password comes from --password-file,
+    /// else FTKV_PASSWORD, else a prompt when stdin is a terminal (never a flag).
+    #[arg(long, env = "FTKV_USER", global = true)]
+    pub user: Option<String>,
+    /// File whose first line is the password of --user.
+    #[arg(long, env = "FTKV_PASSWORD_FILE", global = true, requires = "user")]
+    pub password_file: Option<std::path::PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -182,6 +191,15 @@ pub enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Users (add, delete, list, get, grant-role, revoke-role, passwd).
+    #[command(subcommand)]
+    User(auth::UserCommand),
+    /// Roles and their permissions on keys and ranges.
+    #[command(subcommand)]
+    Role(auth::RoleCommand),
+    /// Turn auth on or off, or show whether it is on.
+    #[command(subcommand)]
+    Auth(auth::AuthCommand),
 }
 
 /// `upsert K (--add N | --append V | --set-if-absent V | --max V)`.
@@ -425,7 +443,14 @@ async fn connect(cli: &Cli) -> anyhow::Result<Client> {
     if let Some(tls) = tls_options(cli)? {
         builder = builder.tls(tls);
     }
-    let client = builder.build().await.context("bad --endpoints")?;
+    if let Some(user) = &cli.user {
+        let password = auth::login_password(user, cli.password_file.as_deref())?;
+        builder = builder.user(user, password);
+    }
+    let client = builder.build().await.map_err(|e| match e {
+        Error::Unauthenticated { .. } => anyhow::Error::new(e),
+        other => anyhow::Error::new(other).context("bad --endpoints"),
+    })?;
     Ok(client)
 }
 
@@ -642,6 +667,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Alarm(cmd) => emit(alarm::run(&client, format, cmd).await?.as_bytes())?,
         Command::Snapshot(cmd) => emit(snapshot::run(&client, &cli.endpoints, cmd).await?.as_bytes())?,
         Command::Load(args) => emit(load::run(&client, args).await?.as_bytes())?,
+        Command::User(cmd) => emit(auth::run_user(&client, format, cmd).await?.as_bytes())?,
+        Command::Role(cmd) => emit(auth::run_role(&client, format, hex, cmd).await?.as_bytes())?,
+        Command::Auth(cmd) => emit(auth::run_auth(&client, format, cmd).await?.as_bytes())?,
         Command::Bench(BenchCommand::Put {
             clients,
             duration,

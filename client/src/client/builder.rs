@@ -31,6 +31,8 @@ pub(super) struct Config {
     pub(super) batch_requests: bool,
     /// TLS for every endpoint (`https://`), if set.
     pub(super) tls: Option<crate::tls::TlsOptions>,
+    /// User and password to authenticate with, if set.
+    pub(super) credentials: Option<super::auth::Credentials>,
 }
 
 /// Floor of the derived attempt timeout (a quarter of the request timeout).
@@ -68,6 +70,7 @@ impl Default for ClientBuilder {
                 connections_per_endpoint: 1,
                 batch_requests: true,
                 tls: None,
+                credentials: None,
             },
             debug_drop_write_responses: 0,
         }
@@ -161,6 +164,19 @@ impl ClientBuilder {
         self
     }
 
+    /// Authenticates as `user` with `password` (etcd's `--user`): [`ClientBuilder::build`]
+    /// gets a token (`Auth.Authenticate`), every call carries it as
+    /// `authorization: Bearer <token>`, it is renewed shortly before it expires, and a call
+    /// answered `UNAUTHENTICATED` authenticates again once and is retried. A cluster with auth
+    /// disabled answers without a token and requests go without one.
+    pub fn user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.config.credentials = Some(super::auth::Credentials {
+            user: user.into(),
+            password: password.into(),
+        });
+        self
+    }
+
     /// **Test only.** Discards the first `n` successful write responses (put, delete, write,
     /// txn, upsert) as if the request had timed out after the node applied it, so the client
     /// retries them with the same session. Used to show that a retried `Upsert{Add}` after a
@@ -171,7 +187,8 @@ impl ClientBuilder {
     }
 
     /// Validates the endpoints and creates the client. Connections are opened lazily on first
-    /// use, so this succeeds even when no node is up yet.
+    /// use, so this succeeds even when no node is up yet. With [`ClientBuilder::user`] it
+    /// authenticates first: a wrong user or password is [`Error::Unauthenticated`].
     ///
     /// Errors: [`Error::NoEndpoints`] for an empty list, [`Error::InvalidEndpoint`] for an
     /// endpoint that is not `host:port`.
@@ -206,11 +223,19 @@ impl ClientBuilder {
             next_connection: AtomicUsize::new(0),
             sessions: Mutex::new(SessionTracker::new(session_window)),
             drop_write_responses: AtomicU32::new(self.debug_drop_write_responses),
+            tokens: super::TokenCache::default(),
+            authenticated: std::sync::atomic::AtomicBool::new(false),
         };
         // Create every channel now so that a bad endpoint fails here, not on first use.
         let snapshot = inner.pool.lock().endpoints.clone();
         for ep in &snapshot {
             inner.channel(ep)?;
+        }
+        // A wrong password fails here; no node reachable yet is retried at the first call.
+        if let Err(e @ (Error::Unauthenticated { .. } | Error::InvalidArgument { .. } | Error::Tls { .. })) =
+            inner.authenticate().await
+        {
+            return Err(e);
         }
         Ok(Client {
             inner: Arc::new(inner),

@@ -148,6 +148,16 @@ impl Inner {
         // Endpoints that answered DRAINING during this call: shutting down, never asked again
         // by it (neither picked nor followed as a redirect while another endpoint is left).
         let mut draining: Vec<String> = Vec::new();
+        // Whether this call authenticated again after an UNAUTHENTICATED answer (once).
+        let mut reauthenticated = false;
+        // No node reachable to authenticate yet: the attempts below find out, under the
+        // policy's backoff (and authenticate once they are answered UNAUTHENTICATED).
+        if let Err(e) = self.ensure_token().await {
+            if !e.is_retryable() {
+                return Err(e.into());
+            }
+        }
+        let mut token_generation = self.token_generation();
 
         for _ in 0..policy.attempts() {
             let now = Instant::now();
@@ -218,6 +228,26 @@ impl Inner {
                             if let (true, Error::Ambiguous { message }) = (retired, &mut failure.error) {
                                 message.push_str("; later writes of this client use a new client id");
                             }
+                        }
+                    }
+                    if matches!(failure.error, Error::Unauthenticated { .. })
+                        && self.has_credentials()
+                        && !reauthenticated
+                    {
+                        // Expired or revoked token: a new one, and the same request again.
+                        match self.renew_token_after(token_generation).await {
+                            Ok(()) => {
+                                reauthenticated = true;
+                                token_generation = self.token_generation();
+                                last_error = Some(failure.error);
+                                continue;
+                            }
+                            // Nobody answered Authenticate: an attempt failed, try again later.
+                            Err(e) if e.is_retryable() => {
+                                failure.error = e;
+                                failure.retry = true;
+                            }
+                            Err(e) => return Err(e.into()),
                         }
                     }
                     if !failure.retry {

@@ -13,8 +13,12 @@ impl Client {
     pub async fn snapshot_stream(&self, endpoint: &str) -> Result<tonic::Streaming<pb::SnapshotResponse>> {
         let endpoint = normalize_endpoint(endpoint)?;
         let channel = self.inner.channel(&endpoint)?;
-        let mut client = pb::maintenance_client::MaintenanceClient::new(channel)
-            .max_decoding_message_size(self.inner.config.max_message_bytes);
+        self.inner.ensure_token().await?;
+        let mut client = pb::maintenance_client::MaintenanceClient::with_interceptor(
+            channel,
+            self.inner.tokens.interceptor(),
+        )
+        .max_decoding_message_size(self.inner.config.max_message_bytes);
         client
             .snapshot(pb::SnapshotRequest {})
             .await

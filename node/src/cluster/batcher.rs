@@ -109,6 +109,7 @@ pub fn approx_size_bytes(command: &Command) -> usize {
         // A commit goes alone in its entry (`bulk.rs`): it never fits beside anything.
         Command::BulkCommit { .. } => usize::MAX / 4,
         Command::BulkAbort { .. } => 32,
+        Command::Auth(op) => postcard::to_stdvec(op).map_or(1024, |b| b.len()),
         Command::Write { ops, .. } | Command::LimitedWrite { ops, .. } => {
             ops.iter().map(write_size).sum::<usize>()
         }

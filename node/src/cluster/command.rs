@@ -194,6 +194,10 @@ pub enum Command {
         /// The load.
         load: LoadId,
     },
+    /// A change of the users, roles or the auth flag (`crate::auth`), applied to the auth state
+    /// the state machine keeps under the reserved key `0xFF 0xFF 'a'`. Passwords in it are
+    /// argon2id hashes made by the proposer.
+    Auth(crate::auth::AuthOp),
 }
 
 /// What a command does, apart from its session and limits (see [`Command::into_parts`]).
@@ -242,7 +246,10 @@ impl Command {
             | Command::Txn { session, .. }
             | Command::LimitedWrite { session, .. }
             | Command::LimitedTxn { session, .. } => *session,
-            Command::BulkStage { .. } | Command::BulkCommit { .. } | Command::BulkAbort { .. } => None,
+            Command::BulkStage { .. }
+            | Command::BulkCommit { .. }
+            | Command::BulkAbort { .. }
+            | Command::Auth(_) => None,
         }
     }
 
@@ -259,9 +266,10 @@ impl Command {
     /// A bulk-load command (see [`Command::is_bulk`]) has an empty body.
     pub(crate) fn into_parts(self) -> (Option<ApplyLimits>, CommandBody) {
         match self {
-            Command::BulkStage { .. } | Command::BulkCommit { .. } | Command::BulkAbort { .. } => {
-                (None, CommandBody::Write(Vec::new()))
-            }
+            Command::BulkStage { .. }
+            | Command::BulkCommit { .. }
+            | Command::BulkAbort { .. }
+            | Command::Auth(_) => (None, CommandBody::Write(Vec::new())),
             Command::Write { ops, .. } => (None, CommandBody::Write(ops)),
             Command::LimitedWrite { ops, limits, .. } => (Some(limits), CommandBody::Write(ops)),
             Command::Txn {
@@ -369,6 +377,13 @@ pub enum CommandResult {
         /// Why.
         reason: String,
     },
+    /// A [`Command::Auth`] was applied; the auth state is at this revision now.
+    AuthApplied {
+        /// The auth revision after the change.
+        revision: u64,
+    },
+    /// A [`Command::Auth`] was refused under the auth state it met: nothing changed.
+    AuthRefused(crate::auth::AuthRefusal),
 }
 
 impl CommandResult {
@@ -412,6 +427,7 @@ impl Command {
             bulk @ (Command::BulkStage { .. } | Command::BulkCommit { .. } | Command::BulkAbort { .. }) => {
                 postcard::to_stdvec(&(2u8, bulk))
             }
+            Command::Auth(op) => postcard::to_stdvec(&(3u8, op)),
         };
         // Encoding into a Vec cannot fail for these types; if it ever did, every replica would
         // fail the same way and fingerprint 0 keeps the outcome deterministic.

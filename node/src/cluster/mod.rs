@@ -20,6 +20,7 @@
 #![allow(clippy::result_large_err)]
 
 mod apply;
+mod auth_store;
 pub mod backup_image;
 mod batcher;
 pub mod bulk;
@@ -669,6 +670,11 @@ impl ClusterNode {
             return Ok(self.inner.state_machine.applied_index());
         }
         self.inner.reads.barrier().await
+    }
+
+    /// The users, roles and auth flag as this node applied them last (`crate::auth`).
+    pub fn auth_state(&self) -> Arc<crate::auth::AuthState> {
+        self.inner.state_machine.auth()
     }
 
     /// The state machine's engine (for reads).

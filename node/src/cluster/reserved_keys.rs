@@ -1,5 +1,6 @@
 //! The reserved key space: engine keys the state machine keeps for itself (the client-session
-//! table, `session_store.rs`), which no client request can read, write, scan or delete.
+//! table, `session_store.rs`; staged bulk loads, `bulk.rs`; the auth state, `auth_store.rs`),
+//! which no client request can read, write, scan or delete.
 //!
 //! Reserved are the keys that start with [`RESERVED_KEY_PREFIX`] (`0xFF 0xFF`, as FoundationDB
 //! keeps `0xFF` for its system keys). The prefix is all `0xFF` bytes, so the reserved keys are

@@ -120,7 +120,9 @@ fn value_bytes(result: &CommandResult) -> u64 {
         | CommandResult::ReservedKey
         | CommandResult::BulkStaged
         | CommandResult::BulkLoaded { .. }
-        | CommandResult::BulkCancelled { .. } => 0,
+        | CommandResult::BulkCancelled { .. }
+        | CommandResult::AuthApplied { .. } => 0,
+        CommandResult::AuthRefused(r) => r.message.len() as u64,
         CommandResult::BulkDuplicate { key, .. } => key.len() as u64,
     }
 }

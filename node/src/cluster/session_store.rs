@@ -231,6 +231,14 @@ pub(super) fn check_record(k: &[u8], v: &[u8]) -> Result<(), SessionStoreError> 
     if !is_reserved(k) {
         return Ok(());
     }
+    if k == super::auth_store::AUTH_KEY {
+        return super::auth_store::decode(v)
+            .map(|_| ())
+            .map_err(|e| SessionStoreError::BadRecord {
+                key: hex(k),
+                detail: e,
+            });
+    }
     if k.get(RESERVED_KEY_PREFIX.len()) == Some(&super::bulk::STAGING_TAG) {
         // A staged bulk-load chunk: its key must parse and the chunk must decode.
         return match super::bulk::parse_staging_key(k) {

@@ -40,12 +40,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ftkv_engine::{Engine, EngineError, WriteOp};
+
+use crate::auth::AuthState;
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, ErrorSubject, OptionalSend};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::apply::{apply_command, ApplyBatch};
+use super::auth_store;
 use super::bulk::{self, StagedLoads};
 use super::command::{Command, CommandResult};
 use super::crash_point;
@@ -98,12 +101,15 @@ pub fn decode_meta(bytes: &[u8]) -> Result<PersistedMeta, String> {
     }
 }
 
-/// What the apply lock guards: the metadata and the session table and staged bulk loads it
-/// goes with.
+/// What the apply lock guards: the metadata and the session table, staged bulk loads and auth
+/// state it goes with.
 struct SmState {
     meta: PersistedMeta,
     sessions: SessionTable,
     bulk: StagedLoads,
+    /// Users, roles, the auth flag (`auth_store.rs`); `auth_dirty` until written.
+    auth: AuthState,
+    auth_dirty: bool,
 }
 
 impl SmState {
@@ -116,7 +122,14 @@ impl SmState {
         let sessions =
             SessionTable::load(engine, meta.next_session_sweep_index).map_err(|e| e.to_string())?;
         let bulk = StagedLoads::load(engine).map_err(|e| e.to_string())?;
-        Ok(SmState { meta, sessions, bulk })
+        let auth = auth_store::load(engine).map_err(|e| e.to_string())?;
+        Ok(SmState {
+            meta,
+            sessions,
+            bulk,
+            auth,
+            auth_dirty: false,
+        })
     }
 
     /// The metadata blob as of now (the sweep index copied from the session table).
@@ -142,6 +155,9 @@ struct Shared {
     space_error: Mutex<Option<String>>,
     /// Sort memory of a committed bulk load (`engine.loader_memory_size`).
     loader_memory_bytes: AtomicU64,
+    /// The auth state as last applied, for the server's checks (readers never take the apply
+    /// lock).
+    auth: parking_lot::RwLock<Arc<AuthState>>,
 }
 
 /// How long a snapshot build that met a full disk waits before it tries again.
@@ -240,6 +256,7 @@ impl StateMachine {
             None
         };
         let applied = persisted.meta.last_applied.map_or(0, |l| l.index);
+        let auth = parking_lot::RwLock::new(Arc::new(persisted.auth.clone()));
         let (durable, _) = tokio::sync::watch::channel(Durable {
             index: applied,
             failed: None,
@@ -255,6 +272,7 @@ impl StateMachine {
                 durable,
                 space_error: Mutex::new(None),
                 loader_memory_bytes: AtomicU64::new(bulk::DEFAULT_LOADER_MEMORY_BYTES),
+                auth,
             }),
         };
         if rebuild {
@@ -310,6 +328,11 @@ impl StateMachine {
     /// Sets the sort memory of committed bulk loads (`engine.loader_memory_size`).
     pub fn set_loader_memory_bytes(&self, bytes: u64) {
         self.shared.loader_memory_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The auth state as last applied (a cheap shared copy).
+    pub fn auth(&self) -> Arc<AuthState> {
+        self.shared.auth.read().clone()
     }
 
     /// The snapshot directory.
@@ -415,7 +438,10 @@ fn apply_entries(shared: &Shared, entries: Vec<Entry>) -> Result<Vec<EntryResult
                 state.meta.last_applied = Some(log_id);
                 let mut results = Vec::with_capacity(payload.commands.len());
                 for command in payload.commands {
-                    let result = if command.is_bulk() {
+                    let result = if let Command::Auth(op) = command {
+                        let SmState { auth, auth_dirty, .. } = &mut *state;
+                        auth_store::apply(auth, op, auth_dirty)
+                    } else if command.is_bulk() {
                         apply_bulk(&mut state.bulk, command, log_id.leader_id.term, &mut batch.ops)
                     } else {
                         apply_command(&mut batch, &mut state.sessions, command, log_id.index)
@@ -441,11 +467,18 @@ fn apply_entries(shared: &Shared, entries: Vec<Entry>) -> Result<Vec<EntryResult
 /// it now, in one atomic engine write.
 fn flush(shared: &Shared, state: &mut SmState, mut ops: Vec<WriteOp>) -> Result<(), StorageError> {
     state.sessions.take_changes(&mut ops).map_err(sm_write_error)?;
+    let auth_changed = std::mem::take(&mut state.auth_dirty);
+    if auth_changed {
+        ops.push(auth_store::put(&state.auth).map_err(sm_write_error)?);
+    }
     let meta = state.encoded_meta().map_err(sm_write_error)?;
     shared
         .engine
         .write_owned(ops, Some(&meta))
         .map_err(sm_write_error)?;
+    if auth_changed {
+        *shared.auth.write() = Arc::new(state.auth.clone());
+    }
     if let Some(l) = state.meta.last_applied {
         shared.applied_index.store(l.index, Ordering::Release);
     }

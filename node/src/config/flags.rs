@@ -110,6 +110,9 @@ pub struct ConfigFlags {
     /// server.drain_timeout_ms.
     #[arg(long, env = "FTKV_SERVER_DRAIN_TIMEOUT_MS")]
     pub server_drain_timeout_ms: Option<u64>,
+    /// auth.token_ttl_ms: lifetime of the tokens this node issues.
+    #[arg(long, env = "FTKV_AUTH_TOKEN_TTL_MS")]
+    pub auth_token_ttl_ms: Option<u64>,
     /// logging.format: text | json.
     #[arg(long, env = "FTKV_LOG_FORMAT", value_enum)]
     pub log_format: Option<super::LogFormat>,
@@ -157,6 +160,7 @@ impl ConfigFlags {
         set!(self.server_keepalive_interval_ms => c.server.keepalive_interval_ms);
         set!(self.server_keepalive_timeout_ms => c.server.keepalive_timeout_ms);
         set!(self.server_drain_timeout_ms => c.server.drain_timeout_ms);
+        set!(self.auth_token_ttl_ms => c.auth.token_ttl_ms);
         set!(self.log_format => c.logging.format);
         set!(self.log_level.clone() => c.logging.level);
         set!(self.log_slow_request_threshold_ms => c.logging.slow_request_threshold_ms);
@@ -202,6 +206,7 @@ mod tests {
             "--server-handshake-timeout-ms=5000",
             "--server-keepalive-interval-ms=20000",
             "--server-keepalive-timeout-ms=4000",
+            "--auth-token-ttl-ms=60000",
         ])
         .unwrap();
         let mut c = Config::default();
@@ -227,6 +232,7 @@ mod tests {
         assert_eq!(c.server.handshake_timeout_ms, 5000);
         assert_eq!(c.server.keepalive_interval_ms, 20000);
         assert_eq!(c.server.keepalive_timeout_ms, 4000);
+        assert_eq!(c.auth.token_ttl_ms, 60000);
         c.validate().unwrap();
 
         // No flag: nothing changes.

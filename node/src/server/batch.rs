@@ -40,39 +40,59 @@ const RESPONSE_BUFFER: usize = 64;
 pub type BatchStream = Pin<Box<dyn Stream<Item = Result<pb::BatchResponse, Status>> + Send + 'static>>;
 
 /// Starts the driver for one `Kv.Batch` call and returns its response stream.
-pub fn serve(service: Arc<KvService>, inbound: Streaming<pb::BatchRequest>) -> BatchStream {
+/// The stream's credentials, which every item carries to its handler (each item is checked on
+/// its own, so a token that expires ends the stream's items).
+#[derive(Debug, Clone, Default)]
+pub struct Credentials {
+    /// The `authorization` metadata.
+    pub token: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+    /// The user of the connection's client certificate.
+    pub cert: Option<super::auth::CertUser>,
+}
+
+/// `creds`: see [`Credentials`].
+pub fn serve(
+    service: Arc<KvService>,
+    creds: Credentials,
+    inbound: Streaming<pb::BatchRequest>,
+) -> BatchStream {
     let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
-    tokio::spawn(drive(service, inbound, tx));
+    tokio::spawn(drive(service, Arc::new(creds), inbound, tx));
     Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
 }
 
 /// Runs one item through the unary handler of its kind.
-async fn handle(service: Arc<KvService>, item: pb::BatchRequestItem) -> pb::BatchResponseItem {
+async fn handle(
+    service: Arc<KvService>,
+    creds: Arc<Credentials>,
+    item: pb::BatchRequestItem,
+) -> pb::BatchResponseItem {
     let id = item.id;
     let svc = service.as_ref();
+    let token = creds.as_ref();
     let result = match item.request {
         Some(ItemRequest::Get(r)) => svc
-            .get(Request::new(r))
+            .get(with_token(r, token))
             .await
             .map(|r| ItemResponse::Get(r.into_inner())),
         Some(ItemRequest::Put(r)) => svc
-            .put(Request::new(r))
+            .put(with_token(r, token))
             .await
             .map(|r| ItemResponse::Put(r.into_inner())),
         Some(ItemRequest::Delete(r)) => svc
-            .delete(Request::new(r))
+            .delete(with_token(r, token))
             .await
             .map(|r| ItemResponse::Delete(r.into_inner())),
         Some(ItemRequest::Write(r)) => svc
-            .write(Request::new(r))
+            .write(with_token(r, token))
             .await
             .map(|r| ItemResponse::Write(r.into_inner())),
         Some(ItemRequest::Txn(r)) => svc
-            .txn(Request::new(r))
+            .txn(with_token(r, token))
             .await
             .map(|r| ItemResponse::Txn(r.into_inner())),
         Some(ItemRequest::Upsert(r)) => svc
-            .upsert(Request::new(r))
+            .upsert(with_token(r, token))
             .await
             .map(|r| ItemResponse::Upsert(r.into_inner())),
         None => Err(errors::invalid(format!("batch item {id} carries no request"))),
@@ -84,8 +104,23 @@ async fn handle(service: Arc<KvService>, item: pb::BatchRequestItem) -> pb::Batc
     }
 }
 
+/// A batch item as a unary request carrying the stream's credentials.
+fn with_token<T>(item: T, creds: &Credentials) -> Request<T> {
+    let mut request = Request::new(item);
+    if let Some(t) = &creds.token {
+        request
+            .metadata_mut()
+            .insert(super::auth::AUTHORIZATION, t.clone());
+    }
+    if let Some(user) = &creds.cert {
+        request.extensions_mut().insert(user.clone());
+    }
+    request
+}
+
 async fn drive(
     service: Arc<KvService>,
+    creds: Arc<Credentials>,
     mut inbound: Streaming<pb::BatchRequest>,
     tx: mpsc::Sender<Result<pb::BatchResponse, Status>>,
 ) {
@@ -108,7 +143,7 @@ async fn drive(
                     }
                     metrics::histogram!("ftkv_kv_batch_items").record(batch.items.len() as f64);
                     for item in batch.items {
-                        pending.push(handle(service.clone(), item));
+                        pending.push(handle(service.clone(), creds.clone(), item));
                     }
                 }
                 Ok(None) => inbound_open = false,

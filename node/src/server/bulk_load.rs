@@ -33,6 +33,7 @@ type Pending = tokio::task::JoinHandle<Result<(CommandResult, u64), crate::clust
 pub(super) async fn serve(
     cluster: &ClusterNode,
     limits: &Limits,
+    (auth, caller): (&super::auth::AuthGuard, &super::auth::Caller),
     mut stream: tonic::Streaming<pb::BulkLoadRequest>,
 ) -> Result<pb::BulkLoadResponse, Status> {
     let status = cluster.status();
@@ -55,7 +56,7 @@ pub(super) async fn serve(
         rows: 0,
         staged_bytes: 0,
     };
-    let outcome = run.take_rows(limits, &mut stream).await;
+    let outcome = run.take_rows(limits, (auth, caller), &mut stream).await;
     match outcome {
         Ok(on_duplicate) => run.commit(on_duplicate).await,
         Err(e) => {
@@ -101,6 +102,7 @@ impl Run {
     async fn take_rows(
         &mut self,
         limits: &Limits,
+        (auth, caller): (&super::auth::AuthGuard, &super::auth::Caller),
         stream: &mut tonic::Streaming<pb::BulkLoadRequest>,
     ) -> Result<OnDuplicate, Status> {
         let mut policy = None;
@@ -122,6 +124,10 @@ impl Run {
             for row in message.rows {
                 let at = self.rows;
                 convert::client_key(limits, &row.key).map_err(|s| row_error(at, &s))?;
+                auth.allow(
+                    caller,
+                    &[(crate::auth::PermType::Write, crate::auth::KeyRange::key(&row.key))],
+                )?;
                 limits
                     .check_value(&row.value)
                     .map_err(|e| row_error(at, &errors::limit(&e)))?;

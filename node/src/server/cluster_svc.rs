@@ -11,12 +11,15 @@ use crate::cluster::{ClusterNode, MemberInfo, NodeAddr};
 #[derive(Clone)]
 pub struct ClusterService {
     cluster: ClusterNode,
+    auth: std::sync::Arc<super::auth::AuthGuard>,
 }
 
 impl ClusterService {
-    /// Serves `cluster`.
-    pub fn new(cluster: ClusterNode) -> Self {
-        Self { cluster }
+    /// Serves `cluster`; membership changes, alarm disarm and a status with the state digest
+    /// (a full scan) need the role root while auth is enabled (status, members and the alarm
+    /// list stay open: clients find the leader with them).
+    pub fn new(cluster: ClusterNode, auth: std::sync::Arc<super::auth::AuthGuard>) -> Self {
+        Self { cluster, auth }
     }
 
     fn members_response(&self) -> pb::MembersResponse {
@@ -91,6 +94,12 @@ impl Cluster for ClusterService {
         &self,
         request: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
+        if request.get_ref().with_digest {
+            // A digest scans every pair: with auth on, an administrator's call.
+            self.auth
+                .require_root(&request, "endpoint status --digest")
+                .await?;
+        }
         let req = request.into_inner();
         let engine = self.cluster.engine();
         let (digest, st) = if req.with_digest {
@@ -149,8 +158,9 @@ impl Cluster for ClusterService {
 
     async fn alarm_disarm(
         &self,
-        _request: Request<pb::AlarmDisarmRequest>,
+        request: Request<pb::AlarmDisarmRequest>,
     ) -> Result<Response<pb::AlarmResponse>, Status> {
+        self.auth.require_root(&request, "alarm disarm").await?;
         match self.cluster.disarm_alarm().await {
             Ok(()) => Ok(Response::new(self.alarm_response())),
             Err(crate::cluster::ClusterError::NoSpace(a)) => {
@@ -172,6 +182,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<pb::AddLearnerRequest>,
     ) -> Result<Response<pb::MembersResponse>, Status> {
+        self.auth.require_root(&request, "member add-learner").await?;
         let req = request.into_inner();
         if req.id == 0 || req.client_endpoint.is_empty() || req.peer_endpoint.is_empty() {
             return Err(errors::invalid(
@@ -193,6 +204,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<pb::PromoteRequest>,
     ) -> Result<Response<pb::MembersResponse>, Status> {
+        self.auth.require_root(&request, "member promote").await?;
         self.cluster
             .promote(request.into_inner().id)
             .await
@@ -204,6 +216,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<pb::RemoveRequest>,
     ) -> Result<Response<pb::MembersResponse>, Status> {
+        self.auth.require_root(&request, "member remove").await?;
         self.cluster
             .remove(request.into_inner().id)
             .await

@@ -107,6 +107,53 @@ pub fn tls_required() -> Status {
     status(Code::FailedPrecondition, i)
 }
 
+/// No valid credentials: `UNAUTHENTICATED`, KIND_UNAUTHENTICATED.
+pub fn unauthenticated(message: impl Into<String>) -> Status {
+    status(Code::Unauthenticated, info(Kind::Unauthenticated, message.into()))
+}
+
+/// The caller's roles do not allow the call: `PERMISSION_DENIED`, KIND_PERMISSION_DENIED (the
+/// message names the user, the range and the permission).
+pub fn permission_denied(message: impl Into<String>) -> Status {
+    status(
+        Code::PermissionDenied,
+        info(Kind::PermissionDenied, message.into()),
+    )
+}
+
+/// A user or role that does not exist: `NOT_FOUND`.
+pub fn not_found(message: impl Into<String>) -> Status {
+    let mut i = info(Kind::Unspecified, message.into());
+    i.reason = ftkv_proto::status_details::REASON_AUTH_REFUSED.to_string();
+    status(Code::NotFound, i)
+}
+
+/// `Authenticate` while auth is disabled: `FAILED_PRECONDITION`, reason
+/// [`ftkv_proto::status_details::REASON_AUTH_NOT_ENABLED`] (a client then sends no token).
+pub fn auth_not_enabled() -> Status {
+    let mut i = info(
+        Kind::Unspecified,
+        "auth is not enabled: requests need no token (ftkvctl auth enable turns it on)".into(),
+    );
+    i.reason = ftkv_proto::status_details::REASON_AUTH_NOT_ENABLED.to_string();
+    status(Code::FailedPrecondition, i)
+}
+
+/// An auth change the state machine refused: `NOT_FOUND`, `ALREADY_EXISTS`,
+/// `FAILED_PRECONDITION` or `INVALID_ARGUMENT`; nothing changed.
+pub fn auth_refused(refusal: &crate::auth::AuthRefusal) -> Status {
+    use crate::auth::AuthRefusalKind as K;
+    let (code, kind) = match refusal.kind {
+        K::NotFound => (Code::NotFound, Kind::Unspecified),
+        K::AlreadyExists => (Code::AlreadyExists, Kind::Unspecified),
+        K::FailedPrecondition => (Code::FailedPrecondition, Kind::Unspecified),
+        K::Invalid => (Code::InvalidArgument, Kind::Invalid),
+    };
+    let mut i = info(kind, refusal.message.clone());
+    i.reason = ftkv_proto::status_details::REASON_AUTH_REFUSED.to_string();
+    status(code, i)
+}
+
 /// A write whose session sequence is below this node's window for its client id
 /// (`CommandResult::StaleSequence`): `UNKNOWN` with KIND_AMBIGUOUS and the reason
 /// [`ftkv_proto::status_details::REASON_STALE_SEQUENCE`], what clients match on.

@@ -8,6 +8,7 @@ use ftkv_proto::v1 as pb;
 use ftkv_proto::v1::kv_server::Kv;
 use tonic::{Request, Response, Status};
 
+use super::auth::{needs, AuthGuard};
 use super::convert::{self, BatchSize};
 use super::errors;
 use crate::cluster::{ClusterNode, Command, CommandResult, TxnOp};
@@ -39,14 +40,16 @@ fn fit<M: prost::Message>(what: &str, answer: M, wrote: bool) -> Result<Response
 pub struct KvService {
     cluster: ClusterNode,
     limits: Arc<Limits>,
+    auth: Arc<AuthGuard>,
 }
 
 impl KvService {
-    /// Serves `cluster` with request `limits`.
-    pub fn new(cluster: ClusterNode, limits: Limits) -> Self {
+    /// Serves `cluster` with request `limits`, checking callers with `auth`.
+    pub fn new(cluster: ClusterNode, limits: Limits, auth: Arc<AuthGuard>) -> Self {
         Self {
             cluster,
             limits: Arc::new(limits),
+            auth,
         }
     }
 
@@ -125,24 +128,35 @@ impl Kv for KvService {
         &self,
         request: Request<tonic::Streaming<pb::BulkLoadRequest>>,
     ) -> Result<Response<pb::BulkLoadResponse>, Status> {
-        super::bulk_load::serve(&self.cluster, &self.limits, request.into_inner())
-            .await
-            .map(Response::new)
+        let caller = self.auth.caller(&request).await?;
+        super::bulk_load::serve(
+            &self.cluster,
+            &self.limits,
+            (&self.auth, &caller),
+            request.into_inner(),
+        )
+        .await
+        .map(Response::new)
     }
 
     async fn batch(
         &self,
         request: Request<tonic::Streaming<pb::BatchRequest>>,
     ) -> Result<Response<Self::BatchStream>, Status> {
+        let token = request.metadata().get(super::auth::AUTHORIZATION).cloned();
+        let cert = super::auth::cert_user(request.extensions());
         Ok(Response::new(super::batch::serve(
             Arc::new(self.clone()),
+            super::batch::Credentials { token, cert },
             request.into_inner(),
         )))
     }
 
     async fn get(&self, request: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
+        let caller = self.auth.caller(&request).await?;
         let req = request.into_inner();
         convert::client_key(&self.limits, &req.key)?;
+        self.auth.allow(&caller, &needs::read_key(&req.key))?;
         let index = self.barrier(req.consistency).await?;
         let key = req.key;
         let value = self.blocking(move |e| e.get(&key)).await?;
@@ -155,6 +169,7 @@ impl Kv for KvService {
     }
 
     async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
+        let caller = self.auth.caller(&request).await?;
         let req = request.into_inner();
         let op = convert::put(
             &self.limits,
@@ -164,6 +179,7 @@ impl Kv for KvService {
             },
             &mut BatchSize::default(),
         )?;
+        self.auth.allow(&caller, &[needs::write_op(&op)])?;
         let index = self.write_ops(req.session, vec![op]).await?;
         Ok(Response::new(pb::PutResponse {
             header: self.header(index),
@@ -174,8 +190,13 @@ impl Kv for KvService {
         &self,
         request: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
+        let caller = self.auth.caller(&request).await?;
         let req = request.into_inner();
         convert::client_key(&self.limits, &req.key)?;
+        self.auth.allow(
+            &caller,
+            &[needs::write_op(&WriteOp::Delete { key: req.key.clone() })],
+        )?;
         let index = self
             .write_ops(req.session, vec![WriteOp::Delete { key: req.key }])
             .await?;
@@ -185,10 +206,12 @@ impl Kv for KvService {
     }
 
     async fn scan(&self, request: Request<pb::ScanRequest>) -> Result<Response<pb::ScanResponse>, Status> {
+        let caller = self.auth.caller(&request).await?;
         let req = request.into_inner();
         convert::range_start(&self.limits, &req.start)?;
         self.limits.check_bound(&req.end).map_err(|e| errors::limit(&e))?;
         convert::check_range(&req.start, &req.end)?;
+        self.auth.allow(&caller, &needs::scan(&req.start, &req.end))?;
         // Never into the reserved key space (an unbounded end stops where it begins).
         let end = convert::client_range_end(req.end);
         let limit = match req.limit {
@@ -240,6 +263,7 @@ impl Kv for KvService {
     }
 
     async fn write(&self, request: Request<pb::WriteRequest>) -> Result<Response<pb::WriteResponse>, Status> {
+        let caller = self.auth.caller(&request).await?;
         let req = request.into_inner();
         if req.ops.is_empty() {
             return Err(errors::invalid("write needs at least one op"));
@@ -251,6 +275,7 @@ impl Kv for KvService {
             .map(|op| convert::write_op(&self.limits, op, &mut size))
             .collect::<Result<Vec<_>, _>>()?;
         size.check(&self.limits)?;
+        self.auth.allow(&caller, &needs::write_ops(&ops))?;
         let index = self.write_ops(req.session, ops).await?;
         Ok(Response::new(pb::WriteResponse {
             header: self.header(index),
@@ -258,6 +283,7 @@ impl Kv for KvService {
     }
 
     async fn txn(&self, request: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
+        let caller = self.auth.caller(&request).await?;
         let req = request.into_inner();
         let mut size = BatchSize::default();
         let compares = req
@@ -276,6 +302,8 @@ impl Kv for KvService {
             .map(|o| convert::txn_op(&self.limits, o, &mut size))
             .collect::<Result<Vec<_>, _>>()?;
         size.check(&self.limits)?;
+        self.auth
+            .allow(&caller, &needs::txn(&compares, &success, &failure))?;
         let wrote = success
             .iter()
             .chain(failure.iter())
@@ -314,8 +342,10 @@ impl Kv for KvService {
         &self,
         request: Request<pb::UpsertRequest>,
     ) -> Result<Response<pb::UpsertResponse>, Status> {
+        let caller = self.auth.caller(&request).await?;
         let req = request.into_inner();
         let op = convert::upsert_key(&self.limits, req.key, req.op, &mut BatchSize::default())?;
+        self.auth.allow(&caller, &[needs::write_op(&op)])?;
         let index = self.write_ops(req.session, vec![op]).await?;
         Ok(Response::new(pb::UpsertResponse {
             header: self.header(index),

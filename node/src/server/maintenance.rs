@@ -22,12 +22,13 @@ const CHUNK_BYTES: usize = 1 << 20;
 #[derive(Clone)]
 pub struct MaintenanceService {
     cluster: ClusterNode,
+    auth: std::sync::Arc<super::auth::AuthGuard>,
 }
 
 impl MaintenanceService {
-    /// The service of this node.
-    pub fn new(cluster: ClusterNode) -> Self {
-        Self { cluster }
+    /// The service of this node; `Snapshot` needs the role root while auth is enabled.
+    pub fn new(cluster: ClusterNode, auth: std::sync::Arc<super::auth::AuthGuard>) -> Self {
+        Self { cluster, auth }
     }
 }
 
@@ -43,8 +44,9 @@ impl pb::maintenance_server::Maintenance for MaintenanceService {
 
     async fn snapshot(
         &self,
-        _request: Request<pb::SnapshotRequest>,
+        request: Request<pb::SnapshotRequest>,
     ) -> Result<Response<Self::SnapshotStream>, Status> {
+        self.auth.require_root(&request, "snapshot save").await?;
         let image = self
             .cluster
             .backup_image()

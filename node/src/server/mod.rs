@@ -1,4 +1,5 @@
-//! The node's servers: the client gRPC server (`ftkv.v1.Kv`, `ftkv.v1.Cluster`, gRPC health,
+//! The node's servers: the client gRPC server (`ftkv.v1.Kv`, `ftkv.v1.Cluster`,
+//! `ftkv.v1.Maintenance`, `ftkv.v1.Auth` with its checks in [`auth`], gRPC health,
 //! server reflection), the peer gRPC server (`ftkv.raft.v1.Raft`, from [`crate::cluster`]) and
 //! the status HTTP server (`/metrics` in Prometheus format, `/livez`, `/readyz`).
 //!
@@ -8,6 +9,7 @@
 //! connections are closed after `keepalive_timeout`. With TLS on a port, the handshake runs
 //! inside that accept path ([`crate::tls::accept`]), under the same handshake timeout.
 
+pub mod auth;
 pub mod batch;
 mod bulk_load;
 pub mod cluster_svc;
@@ -32,10 +34,11 @@ use crate::limits::{Limits, MAX_RESPONSE_MESSAGE_BYTES};
 pub const CLIENT_MAX_MESSAGE_BYTES: usize = crate::limits::MAX_REQUEST_MESSAGE_BYTES;
 
 /// The gRPC services of the client port, as reflection lists them.
-pub const CLIENT_PORT_SERVICES: [&str; 5] = [
+pub const CLIENT_PORT_SERVICES: [&str; 6] = [
     "ftkv.v1.Kv",
     "ftkv.v1.Cluster",
     "ftkv.v1.Maintenance",
+    "ftkv.v1.Auth",
     "grpc.health.v1.Health",
     "grpc.reflection.v1.ServerReflection",
 ];
@@ -69,6 +72,16 @@ fn builder(options: &ConnectionOptions) -> tonic::transport::Server {
         .http2_keepalive_timeout(Some(options.keepalive_timeout))
 }
 
+/// What the client API checks requests against: the request limits and the lifetime of the
+/// tokens it issues (`auth.token_ttl_ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientApiSettings {
+    /// Request limits.
+    pub limits: Limits,
+    /// Lifetime of issued tokens, ms.
+    pub token_ttl_ms: u64,
+}
+
 /// Serves the client API on `listener` until `shutdown` resolves. The gRPC health of `""` and
 /// `ftkv.v1.Kv` follows `readiness` ([`readiness::Readiness::track_health`]); `ftkv.v1.Cluster`
 /// stays `SERVING` while the process runs (membership commands must reach a node that is not
@@ -76,7 +89,7 @@ fn builder(options: &ConnectionOptions) -> tonic::transport::Server {
 pub async fn serve_client(
     listener: TcpListener,
     cluster: ClusterNode,
-    limits: Limits,
+    api: ClientApiSettings,
     options: ConnectionOptions,
     readiness: std::sync::Arc<readiness::Readiness>,
     tls: Option<crate::tls::accept::AcceptOptions>,
@@ -104,15 +117,20 @@ pub async fn serve_client(
         reflection = reflection.with_service_name(service);
     }
     let reflection = reflection.build_v1()?;
-    let kv = ftkv_proto::v1::kv_server::KvServer::new(kv::KvService::new(cluster.clone(), limits))
-        .max_decoding_message_size(CLIENT_MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_RESPONSE_MESSAGE_BYTES);
+    let ClientApiSettings { limits, token_ttl_ms } = api;
+    let guard = auth::AuthGuard::new(cluster.clone(), token_ttl_ms);
+    let auth_svc =
+        ftkv_proto::v1::auth_server::AuthServer::new(auth::service::AuthService::new(guard.clone(), limits));
+    let kv =
+        ftkv_proto::v1::kv_server::KvServer::new(kv::KvService::new(cluster.clone(), limits, guard.clone()))
+            .max_decoding_message_size(CLIENT_MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_RESPONSE_MESSAGE_BYTES);
     let maintenance = ftkv_proto::v1::maintenance_server::MaintenanceServer::new(
-        maintenance::MaintenanceService::new(cluster.clone()),
+        maintenance::MaintenanceService::new(cluster.clone(), guard.clone()),
     )
     .max_encoding_message_size(MAX_RESPONSE_MESSAGE_BYTES);
     let cluster_svc =
-        ftkv_proto::v1::cluster_server::ClusterServer::new(cluster_svc::ClusterService::new(cluster))
+        ftkv_proto::v1::cluster_server::ClusterServer::new(cluster_svc::ClusterService::new(cluster, guard))
             .max_decoding_message_size(CLIENT_MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_RESPONSE_MESSAGE_BYTES);
     let router = builder(&options)
@@ -124,7 +142,8 @@ pub async fn serve_client(
         .add_service(reflection)
         .add_service(kv)
         .add_service(cluster_svc)
-        .add_service(maintenance);
+        .add_service(maintenance)
+        .add_service(auth_svc);
     let accepted = conn::accept_loop(listener, options.limits, "client");
     match tls {
         Some(tls) => {

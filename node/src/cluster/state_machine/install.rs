@@ -92,10 +92,14 @@ fn install_snapshot_blocking(
         .applied_index
         .store(persisted.last_applied.map_or(0, |l| l.index), Ordering::Release);
     let bulk = StagedLoads::load(shared.engine.as_ref()).map_err(snapshot_error)?;
+    let auth = super::auth_store::load(shared.engine.as_ref()).map_err(snapshot_error)?;
+    *shared.auth.write() = std::sync::Arc::new(auth.clone());
     *state = SmState {
         meta: persisted,
         sessions,
         bulk,
+        auth,
+        auth_dirty: false,
     };
     *shared.current.lock() = Some(meta);
     Ok(())
