@@ -28,6 +28,12 @@ pub(crate) const MAX_IN_FLIGHT: usize = 2;
 /// Cleaner steps per round at most (then the thread sleeps until the next wake or period).
 pub(crate) const MAX_STEPS_PER_ROUND: usize = 256;
 
+/// Free extents of the tree file at least this long are given back to the file system at a
+/// checkpoint (`punch_hole`); smaller ones only wait for reuse.
+pub(crate) const PUNCH_MIN_BYTES: u64 = 1 << 20;
+/// Holes are punched on this alignment (the file system's block size on ext4 and xfs).
+pub(crate) const PUNCH_ALIGN_BYTES: u64 = 4 << 10;
+
 /// Smallest accepted [`super::TreeParams::fanout`].
 pub(crate) const MIN_FANOUT: usize = 3;
 /// Smallest accepted [`super::TreeParams::node_size_bytes`].
@@ -45,6 +51,10 @@ const _: () = assert!(
     "the block area starts aligned"
 );
 const _: () = assert!(BLOCK_ALIGN_BYTES.is_power_of_two());
+const _: () = assert!(
+    PUNCH_ALIGN_BYTES.is_multiple_of(BLOCK_ALIGN_BYTES) && PUNCH_MIN_BYTES >= 2 * PUNCH_ALIGN_BYTES,
+    "a punched range is whole blocks and long enough to be worth a system call"
+);
 const _: () = assert!(
     RUN_FRAME_RAW_BYTES <= BLOCK_BUF_MAX_BYTES
         && BUFFER_FRAME_RAW_BYTES <= BLOCK_BUF_MAX_BYTES

@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::codec::{align_up, DATA_START};
+use super::limits::{PUNCH_ALIGN_BYTES, PUNCH_MIN_BYTES};
 
 /// The free list and the checkpoints' claims on blocks. Offsets and lengths in bytes; lengths
 /// are allocation sizes (multiples of the block alignment).
@@ -31,6 +32,9 @@ pub(crate) struct Space {
     pub(crate) in_progress: HashSet<u64>,
     /// Blocks out of the live tree that a checkpoint above still refers to: offset -> length.
     pub(crate) deferred: BTreeMap<u64, u64>,
+    /// Ranges inside free extents that were given back to the file system
+    /// ([`Space::take_new_holes`]): offset -> length.
+    pub(crate) punched: BTreeMap<u64, u64>,
 }
 
 impl Space {
@@ -147,6 +151,29 @@ impl Space {
         self.in_progress.clear();
     }
 
+    /// The `PUNCH_ALIGN_BYTES`-aligned interiors of free extents, at least `PUNCH_MIN_BYTES`
+    /// long, that were not punched yet; remembers every current one as punched (a range that
+    /// was reallocated since is forgotten, and punched again once it is free again). The caller
+    /// punches them while it holds the space, so none is allocated meanwhile.
+    pub(crate) fn take_new_holes(&mut self) -> Vec<(u64, u64)> {
+        let mut holes = BTreeMap::new();
+        let mut new = Vec::new();
+        for (&off, &len) in &self.free {
+            let start = off.div_ceil(PUNCH_ALIGN_BYTES) * PUNCH_ALIGN_BYTES;
+            let end = (off + len) / PUNCH_ALIGN_BYTES * PUNCH_ALIGN_BYTES;
+            if end <= start || end - start < PUNCH_MIN_BYTES {
+                continue;
+            }
+            let hole = end - start;
+            if self.punched.get(&start) != Some(&hole) {
+                new.push((start, hole));
+            }
+            holes.insert(start, hole);
+        }
+        self.punched = holes;
+        new
+    }
+
     /// Free extents and deferred blocks, each `(offset, length, what)`, for the integrity check.
     pub(crate) fn spans(&self) -> impl Iterator<Item = (u64, u64, &'static str)> + '_ {
         self.free
@@ -249,6 +276,43 @@ mod tests {
         // Nothing refers to a or ck any more: both reused, lowest first.
         assert_eq!(s.alloc(B), a);
         assert_eq!(s.alloc(B), ck);
+    }
+
+    #[test]
+    fn large_free_extents_are_punched_once_and_again_after_reuse() {
+        let a = DATA_START;
+        let mut s = Space::new(&[], &[], &[]);
+        let big = 2 * PUNCH_MIN_BYTES;
+        let x = s.alloc(big);
+        let small = s.alloc(B);
+        let _tail = s.alloc(B);
+        assert!(s.take_new_holes().is_empty(), "nothing is free");
+        s.release(x, big);
+        s.release(small, B);
+        // x and small merged into one free extent; only its aligned interior is punched.
+        let holes = s.take_new_holes();
+        let [(off, len)] = holes.as_slice() else {
+            panic!("one hole expected: {holes:?}");
+        };
+        let (off, len) = (*off, *len);
+        assert!(off >= a && off % PUNCH_ALIGN_BYTES == 0 && len % PUNCH_ALIGN_BYTES == 0);
+        assert!(
+            off + len <= x + big + B && len >= big - PUNCH_ALIGN_BYTES,
+            "{holes:?}"
+        );
+        assert!(s.take_new_holes().is_empty(), "an extent is punched once");
+        // Reused, then freed again: punched again.
+        let y = s.alloc(big);
+        assert_eq!(y, x);
+        assert!(s.take_new_holes().is_empty(), "too small a remainder to punch");
+        s.release(y, big);
+        assert_eq!(s.take_new_holes().len(), 1);
+        // Small extents are never punched.
+        let mut t = Space::new(&[], &[], &[]);
+        let p = t.alloc(PUNCH_MIN_BYTES / 2);
+        let _q = t.alloc(B);
+        t.release(p, PUNCH_MIN_BYTES / 2);
+        assert!(t.take_new_holes().is_empty());
     }
 
     #[test]

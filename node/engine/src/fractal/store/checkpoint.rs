@@ -49,6 +49,9 @@ pub struct CheckpointStats {
     pub write_us: u64,
     /// Time the finish held the engine lock, in microseconds.
     pub finish_us: u64,
+    /// Bytes of free space inside the file given back to the file system by this checkpoint
+    /// (holes punched in free extents of at least `limits::PUNCH_MIN_BYTES`).
+    pub punched_bytes: u64,
 }
 
 impl CheckpointJob {
@@ -309,10 +312,14 @@ impl Store {
     /// Ends a checkpoint [`CheckpointJob::run`] wrote: the nodes nobody modified or rewrote
     /// since [`Store::begin_checkpoint`] now live in the blocks the checkpoint wrote (and are
     /// clean); the others keep their newer state and the checkpoint's copies are released. Then
-    /// the space forgets the checkpoint before the previous one, and the file is cut back to
-    /// the allocated end. Memory work plus one `set_len`.
+    /// the space forgets the checkpoint before the previous one, the file is cut back to the
+    /// allocated end, and free extents of at least `limits::PUNCH_MIN_BYTES` that no checkpoint refers
+    /// to any more are given back to the file system (`punch_hole`, each once: a bulk load's
+    /// staging space or a deleted range does not keep its disk blocks while it waits for reuse;
+    /// reused space is written again as usual). Memory work plus one `set_len` and a
+    /// `punch_hole` per new free extent.
     ///
-    /// Errors: `Io` when the file length cannot be read or cut.
+    /// Errors: `Io` when the file length cannot be read or cut, or a hole cannot be punched.
     pub(crate) fn finish_checkpoint(&mut self, done: CheckpointDone) -> Result<CheckpointStats> {
         let started = Instant::now();
         let mut stats = done.stats;
@@ -335,6 +342,13 @@ impl Store {
         let file_len = self.file_len()?;
         if file_len > end {
             self.file.set_len(end).map_err(io_err("truncate tree file"))?;
+        }
+        // Under the space mutex: no allocation can hand out a range while it is punched.
+        for (offset, len) in space.take_new_holes() {
+            self.file
+                .punch_hole(offset, len)
+                .map_err(io_err("punch a free extent of the tree file"))?;
+            stats.punched_bytes += len;
         }
         drop(space);
         stats.finish_us = started.elapsed().as_micros() as u64;

@@ -22,6 +22,10 @@
 //!    data is the same; timed from the first request to the last acknowledgement; then the same
 //!    per-node check (`--put-rows` keys on every node) and sizes.
 //!
+//! Each round first runs the **embedded** phase (unless `--skip-embedded`): the same file into
+//! `ftkv_embedded::Db::bulk_load` in this process, the engine's bulk path with no network and
+//! no replica ([`embedded`]).
+//!
 //! The figure is bulk rows/s ÷ row-by-row rows/s (the seed: 3.9x). Medians over the runs are
 //! printed as a table and written with every run, the ratio and the sizes (against the size of
 //! the text) to `DIR/results.json`; `DIR/bulk.svg` is a bar chart of the rows/s medians with
@@ -39,6 +43,12 @@ use ftkv_client::rows::{self, ColumnType};
 use serde::Serialize;
 
 use crate::ftkv::{node_binary, FtkvCluster};
+
+mod embedded;
+#[cfg(test)]
+mod tests;
+
+pub use embedded::EmbeddedPhase;
 
 /// The key prefix of the loaded table.
 pub const PREFIX: &str = "user_summary/";
@@ -91,6 +101,10 @@ pub struct BulkArgs {
     /// beside this executable) or `ftkv@DIR` (the ones in DIR: two builds side by side).
     #[arg(long, default_value = "ftkv")]
     pub targets: String,
+    /// Skip the embedded phase (the same file into `ftkv_embedded::Db::bulk_load` in this
+    /// process, once per round before the targets).
+    #[arg(long)]
+    pub skip_embedded: bool,
 }
 
 /// Bytes of one node's data dir.
@@ -205,6 +219,10 @@ struct Report {
     /// Size of the first `put_rows` lines of the TSV, bytes.
     put_text_bytes: u64,
     runs: Vec<BulkRun>,
+    /// The embedded phase of each round (empty with `--skip-embedded`).
+    embedded_runs: Vec<EmbeddedPhase>,
+    /// Median, min and max rows/s of the embedded phase.
+    embedded_rows_per_sec: Option<Spread>,
     summary: Vec<Summary>,
 }
 
@@ -577,7 +595,28 @@ pub async fn run(args: &BulkArgs) -> anyhow::Result<()> {
     let pairs = Arc::new(pairs);
 
     let mut runs = Vec::new();
+    let mut embedded_runs = Vec::new();
     for run in 1..=args.runs {
+        if !args.skip_embedded {
+            eprintln!(
+                "== round {run}/{}: embedded: Db::bulk_load of {} rows in this process",
+                args.runs, args.rows
+            );
+            let db_dir = tempfile::Builder::new()
+                .prefix("ftkv-bench-embedded-")
+                .tempdir()?;
+            let phase = embedded::embedded_phase(&tsv, args.rows, &db_dir.path().join("db"))?;
+            eprintln!(
+                "   {:.2} s, {:.0} rows/s; {} keys after a reopen; {} leaves built, {} runs spilled; {:.1} MB on disk",
+                phase.secs,
+                phase.rows_per_sec,
+                phase.keys,
+                phase.leaves_built,
+                phase.runs_spilled,
+                mb(phase.disk_bytes as f64)
+            );
+            embedded_runs.push(phase);
+        }
         for (i, (target, bin_dir)) in targets.iter().zip(&bin_dirs).enumerate() {
             let port = |phase: u16| {
                 u16::try_from(i)
@@ -663,20 +702,24 @@ pub async fn run(args: &BulkArgs) -> anyhow::Result<()> {
         text_bytes,
         put_text_bytes,
         runs,
+        embedded_rows_per_sec: (!embedded_runs.is_empty())
+            .then(|| Spread::of(&embedded_runs.iter().map(|p| p.rows_per_sec).collect::<Vec<_>>())),
+        embedded_runs,
         summary,
     };
     let results = args.out.join("results.json");
     std::fs::write(&results, serde_json::to_string_pretty(&report)?)
         .with_context(|| format!("cannot write {}", results.display()))?;
     let bars: Vec<crate::plot::Bar> = report
-        .summary
-        .iter()
-        .flat_map(|s| {
+        .embedded_rows_per_sec
+        .map(|spread| ("embedded engine: bulk".to_string(), spread))
+        .into_iter()
+        .chain(report.summary.iter().flat_map(|s| {
             [
                 (format!("{}: bulk", s.target), s.bulk_rows_per_sec),
                 (format!("{}: row by row", s.target), s.put_rows_per_sec),
             ]
-        })
+        }))
         .map(|(label, spread)| crate::plot::Bar {
             label,
             median: spread.median,
@@ -688,7 +731,7 @@ pub async fn run(args: &BulkArgs) -> anyhow::Result<()> {
     std::fs::write(
         &chart,
         crate::plot::bar_chart(
-            "user_summary into a three-node cluster: bulk load vs row-by-row Put",
+            "user_summary: embedded bulk load, and into a three-node cluster: bulk load vs row-by-row Put",
             &format!(
                 "ftkvctl load of {} rows vs {} rows by Put from {} clients; median, whiskers min-max of {} runs",
                 args.rows, args.put_rows, args.clients, args.runs
@@ -730,73 +773,21 @@ pub async fn run(args: &BulkArgs) -> anyhow::Result<()> {
             s.bulk_log_over_text
         );
     }
+    if let (Some(spread), Some(first)) = (report.embedded_rows_per_sec, report.embedded_runs.first()) {
+        println!(
+            "{:<w$} {:>14.0} {:>14} {:>7} {:>11.1} {:>8.2}",
+            "embedded",
+            spread.median,
+            "-",
+            "-",
+            mb(first.disk_bytes as f64),
+            first.disk_bytes as f64 / (text_bytes as f64).max(1.0)
+        );
+    }
     println!(
         "(medians of {} runs; sizes: the largest node after the bulk load, at rest after a clean stop, file lengths)",
         args.runs
     );
     println!("report: {}", results.display());
     Ok(())
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_lines_are_those_of_gen_user_summary_py() {
-        // `tests/bench/gen-user-summary.py 3`.
-        let mut text = Vec::new();
-        for i in 0..3 {
-            user_summary_line(&mut text, i);
-        }
-        assert_eq!(
-            String::from_utf8_lossy(&text),
-            "13000000000\t72.2\tBronze I\t81.12%\t363\n\
-             13000000003\t55.5\tDiamond V\t80.33%\t79\n\
-             13000000006\t118.8\tGold III\t80.55%\t796\n"
-        );
-    }
-
-    #[test]
-    fn a_line_encodes_as_the_loader_encodes_it() {
-        let (key, value) = encode_line(b"13000000000\t72.2\tBronze I\t81.12%\t363").unwrap();
-        let mut want_key = PREFIX.as_bytes().to_vec();
-        want_key.push(0x15);
-        want_key.extend_from_slice(&(13_000_000_000u64 ^ (1 << 63)).to_be_bytes());
-        assert_eq!(key, want_key);
-        assert_eq!(
-            rows::decode_value(&value).unwrap(),
-            vec![
-                rows::Field::Bytes(b"72.2".to_vec()),
-                rows::Field::Bytes(b"Bronze I".to_vec()),
-                rows::Field::Bytes(b"81.12%".to_vec()),
-                rows::Field::Int(363),
-            ]
-        );
-        assert!(encode_line(b"1\t2").is_err());
-        assert!(encode_line(b"x\t72.2\tBronze I\t81.12%\t363").is_err());
-    }
-
-    #[test]
-    fn the_file_and_the_put_rows_agree() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("us.tsv");
-        let bytes = write_user_summary(&path, 1000).unwrap();
-        let text = std::fs::read(&path).unwrap();
-        assert_eq!(bytes, text.len() as u64);
-        assert_eq!(text.iter().filter(|&&b| b == b'\n').count(), 1000);
-        let (pairs, put_bytes) = read_pairs(&path, 10).unwrap();
-        assert_eq!(pairs.len(), 10);
-        let ten: usize = text
-            .split_inclusive(|&b| b == b'\n')
-            .take(10)
-            .map(<[u8]>::len)
-            .sum();
-        assert_eq!(put_bytes, ten as u64);
-        // Sorted by user_id, so keys ascend.
-        assert!(pairs.windows(2).all(|w| w[0].0 < w[1].0));
-        assert!(read_pairs(&path, 1001).is_err());
-        assert_eq!(prefix_end(), b"user_summary0".to_vec());
-    }
 }
