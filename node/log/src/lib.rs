@@ -53,10 +53,14 @@
 #![deny(
     clippy::unwrap_used,
     clippy::expect_used,
+    clippy::indexing_slicing,
     clippy::host_endian_bytes,
     clippy::big_endian_bytes
 )]
-#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+#![cfg_attr(
+    test,
+    allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
 mod flusher;
 mod format;
 mod index;

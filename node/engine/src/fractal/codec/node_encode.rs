@@ -48,13 +48,15 @@ pub(crate) fn encode_node_as(id: NodeId, node: &Node, level: Option<i32>, versio
                 // messages follow in partition 0; the buffer partition holds the frames, so a
                 // point read decompresses one frame of one buffer.
                 let level = transient_level(level);
-                let mut stored = vec![(Vec::new(), 0u32)];
+                let mut buffers = Vec::with_capacity(n.buffers.len());
                 for b in &n.buffers {
-                    stored.push(encode_buffer_frames(b, level, &mut info)?);
+                    buffers.push(encode_buffer_frames(b, level, &mut info)?);
                 }
                 let info_raw = std::mem::take(&mut info.0);
                 let info_len = len_u32(info_raw.len(), "partition 0")?;
-                stored[0] = (compress(info_raw, level)?, info_len);
+                let mut stored = Vec::with_capacity(1 + buffers.len());
+                stored.push((compress(info_raw, level)?, info_len));
+                stored.extend(buffers);
                 return assemble_node(version, id, 1, n.height, level, stored);
             }
             (1u8, n.height)

@@ -346,10 +346,12 @@ pub(crate) fn decode_leaf_skeleton(
         .get(..header_len)
         .ok_or_else(|| corruption(location, "truncated node header"))?;
     let index = decode_node_index(header, id, location)?;
-    if index.height != 0 || index.version < 3 || index.parts.len() < 2 {
+    let (Some(&p0), true) = (
+        index.parts.first(),
+        index.height == 0 && index.version >= 3 && index.parts.len() >= 2,
+    ) else {
         return Ok(None);
-    }
-    let p0 = index.parts[0];
+    };
     let data = block
         .get(p0.offset as usize..(p0.offset as usize).saturating_add(p0.len as usize))
         .ok_or_else(|| corruption(location, "partition 0 out of bounds"))?;

@@ -41,18 +41,20 @@ impl<'a> R<'a> {
         self.pos = end;
         Ok(s)
     }
+    /// The next `N` bytes as an array.
+    pub(crate) fn array<const N: usize>(&mut self) -> Result<[u8; N], Detail> {
+        let s = self.take(N)?;
+        s.try_into()
+            .map_err(|_| format!("took {} bytes, wanted {N}", s.len()))
+    }
     pub(crate) fn u8(&mut self) -> Result<u8, Detail> {
-        Ok(self.take(1)?[0])
+        Ok(u8::from_le_bytes(self.array()?))
     }
     pub(crate) fn u32(&mut self) -> Result<u32, Detail> {
-        let mut a = [0u8; 4];
-        a.copy_from_slice(self.take(4)?);
-        Ok(u32::from_le_bytes(a))
+        Ok(u32::from_le_bytes(self.array()?))
     }
     pub(crate) fn u64(&mut self) -> Result<u64, Detail> {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(self.take(8)?);
-        Ok(u64::from_le_bytes(a))
+        Ok(u64::from_le_bytes(self.array()?))
     }
     pub(crate) fn bytes(&mut self) -> Result<Vec<u8>, Detail> {
         Ok(self.slice()?.to_vec())

@@ -256,15 +256,12 @@ pub(crate) fn decode_run_index(
         let nframes = r.u32()? as usize;
         let msgs = r.u32()?;
         r.take(8)?;
-        let body = head
+        let (body, crc) = head
             .get(RUN_FIXED_HEADER_BYTES..RUN_FIXED_HEADER_BYTES + len)
-            .ok_or("run frame index truncated")?;
-        let body = body
-            .get(..len.saturating_sub(4))
+            .ok_or("run frame index truncated")?
+            .split_last_chunk::<4>()
             .ok_or("run frame index too short")?;
-        let mut c = [0u8; 4];
-        c.copy_from_slice(&head[RUN_FIXED_HEADER_BYTES + len - 4..RUN_FIXED_HEADER_BYTES + len]);
-        if crc32c::crc32c(body) != u32::from_le_bytes(c) {
+        if crc32c::crc32c(body) != u32::from_le_bytes(*crc) {
             return Err("run frame index crc32c mismatch".into());
         }
         let mut ir = R::new(body);
@@ -342,7 +339,11 @@ pub(crate) fn decode_msg_frames(
     };
     let base = first.offset;
     let mut prev: Option<(Vec<u8>, Msn)> = None;
-    for (i, f) in index.frames[frames.clone()].iter().enumerate() {
+    let visited = index
+        .frames
+        .get(frames.clone())
+        .ok_or("frame range out of the run's index")?;
+    for (i, f) in visited.iter().enumerate() {
         let at = (f.offset - base) as usize;
         // A version-2 run is one frame checked by the BTT crc of the whole block.
         let crc = (index.version >= 3).then_some(f.crc);

@@ -416,7 +416,9 @@ impl Store {
             if self.hand >= self.ring.len() {
                 self.hand = 0;
             }
-            let id = self.ring[self.hand];
+            let Some(&id) = self.ring.get(self.hand) else {
+                break;
+            };
             let Some(e) = self.cache.get_mut(&id) else {
                 self.ring.swap_remove(self.hand);
                 self.ring_members.remove(&id);

@@ -27,13 +27,12 @@ impl Store {
                 self.partial_bytes -= old.bytes;
             }
             let index = self.read_index(id, &loc)?;
-            if index.height == 0 || index.parts.len() < 2 {
+            let (Some(&p0), true) = (index.parts.first(), index.height != 0 && index.parts.len() >= 2) else {
                 return Err(EngineError::Corruption {
                     location: location.to_string(),
                     detail: "expected an internal node".into(),
                 });
-            }
-            let p0 = index.parts[0];
+            };
             let raw = self.read_partition(id, &loc, &p0, index.compressed)?;
             let info = decode_internal_info(
                 &raw,
@@ -178,7 +177,8 @@ impl Store {
             BufferNeed::Frame(fi) => {
                 if let Some(msgs) = p.frames.get(&(i, fi)) {
                     let at = msgs.partition_point(|m| m.key_or_start() < key);
-                    out.extend(msgs[at..].iter().take_while(|m| m.key_or_start() == key).cloned());
+                    let from_key = msgs.get(at..).unwrap_or_default();
+                    out.extend(from_key.iter().take_while(|m| m.key_or_start() == key).cloned());
                 }
             }
         }

@@ -77,13 +77,12 @@ impl Store {
                 self.partial_bytes -= old.bytes;
             }
             let index = self.read_index(id, &loc)?;
-            if index.height != 0 || index.parts.len() < 2 {
+            let (Some(&p0), true) = (index.parts.first(), index.height == 0 && index.parts.len() >= 2) else {
                 return Err(EngineError::Corruption {
                     location: location.to_string(),
                     detail: "expected a leaf".into(),
                 });
-            }
-            let p0 = index.parts[0];
+            };
             let raw = self.read_partition(id, &loc, &p0, index.compressed)?;
             let info = decode_leaf_info(&raw, index.parts.len() - 1, index.version, &location)?;
             self.partial_stats.leaf_infos += 1;

@@ -81,7 +81,9 @@ impl Store {
     pub(crate) fn read_run_range(&self, id: u64, lo: &[u8], hi: Option<&[u8]>) -> Result<Vec<Msg>> {
         if let Some(msgs) = self.pending_runs.get(&id) {
             let at = msgs.partition_point(|m| m.key_or_start() < lo);
-            return Ok(msgs[at..]
+            return Ok(msgs
+                .get(at..)
+                .unwrap_or_default()
                 .iter()
                 .take_while(|m| hi.is_none_or(|h| m.key_or_start() < h))
                 .cloned()

@@ -77,10 +77,8 @@ impl Tree {
             if parts != pivots.len() + 1 || parts == 0 {
                 return Err(format!("{} pivots for {parts} parts", pivots.len()));
             }
-            for w in pivots.windows(2) {
-                if w[0] >= w[1] {
-                    return Err("pivots not strictly increasing".into());
-                }
+            if !pivots.is_sorted_by(|a, b| a < b) {
+                return Err("pivots not strictly increasing".into());
             }
             for p in pivots {
                 if lo.as_ref().is_some_and(|l| p <= l) || hi.as_ref().is_some_and(|h| p >= h) {
@@ -187,10 +185,8 @@ pub(crate) fn check_buffer(
         }
         prev = Some((k, msn));
     }
-    for w in b.range_msgs().windows(2) {
-        if w[0].msn >= w[1].msn {
-            return Err("range messages not in MSN order".into());
-        }
+    if !b.range_msgs().is_sorted_by(|a, b| a.msn < b.msn) {
+        return Err("range messages not in MSN order".into());
     }
     for r in b.range_msgs() {
         if !r.overlaps(lo, hi) {
