@@ -4,13 +4,13 @@
 
 use super::codec::{BLOCK_ALIGN_BYTES, DATA_START, HEADER_BYTES, HEADER_SLOT_BYTES};
 
-/// Uncompressed bytes per frame of a run (format 3): a point lookup reads and decompresses one
+/// Uncompressed bytes per frame of a run: a point lookup reads and decompresses one
 /// frame, not the whole run.
 pub(crate) const RUN_FRAME_RAW_BYTES: usize = 4 << 10;
-/// Uncompressed bytes per frame of an internal node's buffer (format 4): the unit a point read
+/// Uncompressed bytes per frame of an internal node's buffer: the unit a point read
 /// through an uncached internal node decompresses.
 pub(crate) const BUFFER_FRAME_RAW_BYTES: usize = 4 << 10;
-/// Uncompressed bytes per frame of a basement (format 3): the unit a point read decompresses.
+/// Uncompressed bytes per frame of a basement: the unit a point read decompresses.
 pub(crate) const BASEMENT_FRAME_RAW_BYTES: usize = 4 << 10;
 
 /// Block buffers [`super::codec::recycle_block_buf`] keeps per thread.

@@ -19,7 +19,7 @@ pub(crate) fn encode_header(h: &Header) -> Vec<u8> {
 }
 
 /// Decodes a header slot; `Ok(None)` when the slot does not hold a valid header (never written,
-/// torn, or zeroed), `Err(UnsupportedVersion)` when it is valid but too new.
+/// torn, or zeroed), `Err(UnsupportedVersion)` when it is valid but of another format version.
 pub(crate) fn decode_header(buf: &[u8]) -> Result<Option<Header>> {
     let Some(body) = buf.get(..HEADER_BYTES) else {
         return Ok(None);

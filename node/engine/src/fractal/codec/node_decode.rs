@@ -33,7 +33,7 @@ impl From<&str> for NodeErr {
 
 pub(crate) fn decode_node_inner(buf: &[u8], expect_id: NodeId) -> Result<Node, NodeErr> {
     let mut r = R::new(buf);
-    let version = read_prelude(&mut r, NODE_MAGIC, "node")?.map_err(NodeErr::Engine)?;
+    read_prelude(&mut r, NODE_MAGIC, "node")?.map_err(NodeErr::Engine)?;
     let id = r.u64()?;
     let height = r.u32()?;
     let kind = r.u8()?;
@@ -101,24 +101,17 @@ pub(crate) fn decode_node_inner(buf: &[u8], expect_id: NodeId) -> Result<Node, N
             for _ in 0..n {
                 children.push(ir.u64()?);
             }
-            // The key filters (format 2) are rebuilt in memory from the buffers; the spilled
-            // runs' references go back into their buffers.
+            // The key filters are rebuilt in memory from the buffers; the spilled runs'
+            // references go back into their buffers.
             let filters = read_child_filters(&mut ir, n)?;
-            let mut buffers = if version >= 4 {
-                let tables = read_buffer_tables(&mut ir, n, version, compressed == 1)?;
-                ir.done()?;
-                stored
-                    .zip(&tables)
-                    .map(|((p, (data, raw_len)), t)| {
-                        decode_framed_buffer(data, raw_len, t).map_err(|d| format!("buffer {}: {d}", p - 1))
-                    })
-                    .collect::<Result<Vec<_>, Detail>>()?
-            } else {
-                ir.done()?;
-                stored
-                    .map(|(p, s)| decode_buffer(&unpack(p, s)?))
-                    .collect::<Result<Vec<_>, Detail>>()?
-            };
+            let tables = read_buffer_tables(&mut ir, n, compressed == 1)?;
+            ir.done()?;
+            let mut buffers = stored
+                .zip(&tables)
+                .map(|((p, (data, raw_len)), t)| {
+                    decode_framed_buffer(data, raw_len, t).map_err(|d| format!("buffer {}: {d}", p - 1))
+                })
+                .collect::<Result<Vec<_>, Detail>>()?;
             for (b, f) in buffers.iter_mut().zip(filters) {
                 for r in f.runs {
                     b.push_spilled(r);
@@ -131,7 +124,7 @@ pub(crate) fn decode_node_inner(buf: &[u8], expect_id: NodeId) -> Result<Node, N
                 buffers,
             }))
         }
-        0 if version >= 3 => {
+        0 => {
             let tables = read_frame_tables(&mut ir, n)?;
             ir.done()?;
             let basements = stored
@@ -149,35 +142,13 @@ pub(crate) fn decode_node_inner(buf: &[u8], expect_id: NodeId) -> Result<Node, N
                 prepending: false,
             }))
         }
-        0 => {
-            ir.done()?;
-            let basements = stored
-                .map(|(p, s)| decode_basement(&unpack(p, s)?))
-                .collect::<Result<Vec<_>, Detail>>()?;
-            Ok(Node::Leaf(Leaf {
-                pivots,
-                basements,
-                appending: false,
-                prepending: false,
-            }))
-        }
         k => Err(format!("unknown node kind {k}").into()),
     }
 }
 
-/// Reads the per-child filter section of an internal node's partition 0 (format 2; absent in
-/// format 1 nodes, whose children then get [`KeyFilter::everything`]).
+/// Reads the per-child filter section of an internal node's partition 0 (range flag, key
+/// filter and spilled runs of each child's buffer).
 pub(crate) fn read_child_filters(r: &mut R<'_>, children: usize) -> Result<Vec<ChildFilter>, Detail> {
-    if r.pos == r.buf.len() {
-        return Ok(vec![
-            ChildFilter {
-                has_ranges: true,
-                keys: KeyFilter::everything(),
-                runs: Vec::new(),
-            };
-            children
-        ]);
-    }
     let mut out = Vec::with_capacity(children);
     for _ in 0..children {
         let has_ranges = match r.u8()? {
@@ -228,8 +199,8 @@ pub(crate) struct ChildFilter {
     pub(crate) runs: Vec<RunRef>,
 }
 
-/// Partition 0 of an internal node: pivots, children, per-child filters and (format 4)
-/// per-child buffer tables.
+/// Partition 0 of an internal node: pivots, children, per-child filters and per-child buffer
+/// tables.
 #[derive(Debug, Clone)]
 pub(crate) struct InternalInfo {
     /// `children.len() - 1` pivots.
@@ -238,24 +209,22 @@ pub(crate) struct InternalInfo {
     pub(crate) children: Vec<NodeId>,
     /// One per child.
     pub(crate) filters: Vec<ChildFilter>,
-    /// One per child from format 4 (range messages and the frame table of the buffer's point
-    /// messages); `None` before: a buffer partition is read whole.
-    pub(crate) tables: Option<Vec<BufferTable>>,
+    /// One per child: range messages and the frame table of the buffer's point messages.
+    pub(crate) tables: Vec<BufferTable>,
 }
 
 impl InternalInfo {
     /// Bytes this takes in memory beyond the raw partition (frame tables and ranges).
     pub(crate) fn tables_size_bytes(&self) -> usize {
-        self.tables.iter().flatten().map(BufferTable::size_bytes).sum()
+        self.tables.iter().map(BufferTable::size_bytes).sum()
     }
 }
 
-/// Decodes partition 0 of an internal node of format `version` (from its index) with
-/// `buffers` buffer partitions, whose frames are compressed when `compressed`.
+/// Decodes partition 0 of an internal node with `buffers` buffer partitions, whose frames are
+/// compressed when `compressed`.
 pub(crate) fn decode_internal_info(
     raw: &[u8],
     buffers: usize,
-    version: u32,
     compressed: bool,
     location: &(impl std::fmt::Display + ?Sized),
 ) -> Result<InternalInfo> {
@@ -274,11 +243,7 @@ pub(crate) fn decode_internal_info(
             children.push(r.u64()?);
         }
         let filters = read_child_filters(&mut r, n)?;
-        let tables = if version >= 4 {
-            Some(read_buffer_tables(&mut r, n, version, compressed)?)
-        } else {
-            None
-        };
+        let tables = read_buffer_tables(&mut r, n, compressed)?;
         r.done()?;
         Ok(InternalInfo {
             pivots,
@@ -290,7 +255,7 @@ pub(crate) fn decode_internal_info(
     res.map_err(|d| corruption(location, d))
 }
 
-/// The point messages of frame `frame` of a format-4 buffer described by `t`, whose stored
+/// The point messages of frame `frame` of a buffer described by `t`, whose stored
 /// bytes are `data` (read from the partition at the frame's offset); its crc32c, length, first
 /// key and message order are checked.
 pub(crate) fn decode_buffer_frame(
@@ -302,12 +267,4 @@ pub(crate) fn decode_buffer_frame(
     let mut out = Vec::new();
     decode_run_frames(data, &t.points, frame..frame + 1, &[], None, location, &mut out)?;
     Ok(out)
-}
-
-/// One buffer partition of an internal node before format 4 (messages in MSN order).
-pub(crate) fn decode_buffer_partition(
-    raw: &[u8],
-    location: &(impl std::fmt::Display + ?Sized),
-) -> Result<Buffer> {
-    decode_buffer(raw).map_err(|d| corruption(location, d))
 }

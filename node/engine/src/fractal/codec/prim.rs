@@ -105,18 +105,19 @@ pub(crate) fn verify_trailing_crc<'a>(
 }
 
 /// The one magic-and-version check every record starts with: reads the 8-byte `magic` and the
-/// u32 format version. A different magic is a corruption (`bad {what} magic`); a version newer
-/// than [`FORMAT_VERSION`] is `Ok(Err(UnsupportedVersion))`, which callers return as it is.
-pub(crate) fn read_prelude(r: &mut R<'_>, magic: &[u8; 8], what: &str) -> Result<Result<u32>, Detail> {
+/// u32 format version. A different magic is a corruption (`bad {what} magic`); any version but
+/// [`FORMAT_VERSION`] (older ones included: the format is frozen and older files are not read)
+/// is `Ok(Err(UnsupportedVersion))`, which callers return as it is.
+pub(crate) fn read_prelude(r: &mut R<'_>, magic: &[u8; 8], what: &str) -> Result<Result<()>, Detail> {
     if r.take(8)? != magic {
         return Err(format!("bad {what} magic"));
     }
     let version = r.u32()?;
-    if version > FORMAT_VERSION {
+    if version != FORMAT_VERSION {
         return Ok(Err(EngineError::UnsupportedVersion {
             found: version,
             supported: FORMAT_VERSION,
         }));
     }
-    Ok(Ok(version))
+    Ok(Ok(()))
 }

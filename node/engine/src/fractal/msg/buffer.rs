@@ -352,21 +352,6 @@ impl Buffer {
         self.clone().take_all()
     }
 
-    /// Borrowed views of every message in increasing MSN order (serialization without copies).
-    pub(crate) fn sorted_refs(&self) -> Vec<MsgRef<'_>> {
-        let mut out: Vec<MsgRef<'_>> = Vec::with_capacity(self.count);
-        out.extend(self.live_slots().map(|s| MsgRef::Point {
-            msn: s.msn,
-            key: &s.key,
-            op: &s.op,
-        }));
-        out.extend(self.ranges.iter().map(MsgRef::Range));
-        if !self.msn_sorted || !self.ranges.is_empty() {
-            out.sort_by_key(MsgRef::msn);
-        }
-        out
-    }
-
     /// Messages that may affect `key`, appended to `out` (point messages of the key in MSN
     /// order, then range messages covering it in MSN order).
     /// `hash` is [`key_hash`] of `key`.

@@ -27,16 +27,15 @@ use parking_lot::Mutex;
 use ftkv_vfs::VfsFile;
 
 use super::codec::{
-    decode_basement_frame, decode_basement_partition, decode_buffer_frame, decode_buffer_partition,
-    decode_internal_info, decode_leaf_info, decode_leaf_skeleton, decode_node, decode_node_index,
-    decode_partition, decode_run_frames, decode_run_index, decode_run_range, encode_btt, encode_header,
-    encode_node, encode_run, lookup_in_frame, node_block_sizes, node_header_len, recycle_block_buf,
-    run_index_len, take_block_buf, BasementFrames, BlockLoc, BttImage, Header, InternalInfo, LeafInfo,
-    NodeIndex, PartEntry, RunIndex, DATA_START, HEADER_SLOT_BYTES, NODE_FIXED_HEADER_BYTES, NODE_MAGIC,
-    RUN_FIXED_HEADER_BYTES,
+    decode_basement_frame, decode_buffer_frame, decode_internal_info, decode_leaf_info, decode_leaf_skeleton,
+    decode_node, decode_node_index, decode_partition, decode_run_frames, decode_run_index, decode_run_range,
+    encode_btt, encode_header, encode_node, encode_run, lookup_in_frame, node_block_sizes, node_header_len,
+    recycle_block_buf, run_index_len, take_block_buf, BasementFrames, BlockLoc, BttImage, Header,
+    InternalInfo, LeafInfo, NodeIndex, PartEntry, RunIndex, DATA_START, HEADER_SLOT_BYTES,
+    NODE_FIXED_HEADER_BYTES, NODE_MAGIC, RUN_FIXED_HEADER_BYTES,
 };
 
-use super::msg::{count_at_or_below, key_cmp, key_prefix, Buffer, Msg, Msn};
+use super::msg::{count_at_or_below, key_cmp, key_prefix, Msg, Msn};
 use super::node::{child_index, Basement, Node, NodeId};
 use super::space::Space;
 pub(crate) use crate::fractal::limits::MAX_CHECKPOINT_LANES;
