@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
-use crate::limits::{MAX_META_KEY_BYTES, MAX_RECORD_PAYLOAD_BYTES};
+use crate::limits::{meta_key_len_u16, payload_len_u32, MAX_RECORD_PAYLOAD_BYTES};
 
 /// Magic bytes at offset 0 of every segment file.
 pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"FTKVSEG\0";
@@ -279,9 +279,8 @@ pub(crate) fn decode_mark(buf: &[u8], seq: u64) -> SlotState {
 /// Appends one encoded record to `out`; returns its encoded size in bytes.
 /// The caller has checked `payload.len() <= MAX_RECORD_PAYLOAD_BYTES`.
 pub(crate) fn encode_record(kind: RecordType, index: u64, payload: &[u8], out: &mut Vec<u8>) -> usize {
-    debug_assert!(payload.len() <= MAX_RECORD_PAYLOAD_BYTES);
     let start = out.len();
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&payload_len_u32(payload.len()).to_le_bytes());
     out.push(kind as u8);
     out.extend_from_slice(&index.to_le_bytes());
     out.extend_from_slice(payload);
@@ -293,9 +292,8 @@ pub(crate) fn encode_record(kind: RecordType, index: u64, payload: &[u8], out: &
 
 /// Encodes a meta payload `key_len u16 | key | value`. The caller has checked the key length.
 pub(crate) fn encode_meta_payload(key: &str, value: &[u8]) -> Vec<u8> {
-    debug_assert!(key.len() <= MAX_META_KEY_BYTES);
     let mut p = Vec::with_capacity(2 + key.len() + value.len());
-    p.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    p.extend_from_slice(&meta_key_len_u16(key.len()).to_le_bytes());
     p.extend_from_slice(key.as_bytes());
     p.extend_from_slice(value);
     p

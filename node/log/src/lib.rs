@@ -609,7 +609,7 @@ impl Log {
         for (index, payload) in records {
             let (seq, offset) =
                 st.push_record(sh.opts.segment_size_bytes, RecordType::Entry, index, &payload);
-            let payload_len = payload.len() as u32;
+            let payload_len = limits::payload_len_u32(payload.len());
             st.index.push(
                 index,
                 EntryLoc {

@@ -381,7 +381,7 @@ fn apply(
                     ));
                 }
             }
-            let payload_len = payload.len() as u32;
+            let payload_len = crate::limits::payload_len_u32(payload.len());
             out.index.push(
                 index,
                 EntryLoc {

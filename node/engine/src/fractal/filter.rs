@@ -81,7 +81,8 @@ impl KeyFilter {
     /// Appends the encoding: u8 probes, u32 word count, words as u64 little-endian.
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         out.push(self.probes);
-        out.extend_from_slice(&(self.words.len() as u32).to_le_bytes());
+        // Inside partition 0, whose length is checked (see inner_len_u32).
+        out.extend_from_slice(&crate::fractal::limits::inner_len_u32(self.words.len()).to_le_bytes());
         for w in &self.words {
             out.extend_from_slice(&w.to_le_bytes());
         }

@@ -23,5 +23,5 @@ pub(crate) fn encode_basement_frames(
     info.u32(len_u32(b.len(), "basement entries")?);
     info.u32(len_u32(frames.len(), "frame count")?);
     write_frame_table(&frames, info);
-    Ok(concat_frames(&frames))
+    concat_frames(&frames)
 }

@@ -27,7 +27,7 @@ pub(crate) fn encode_buffer_frames(b: &Buffer, level: Option<i32>, info: &mut W)
     info.u32(count);
     info.u32(len_u32(frames.len(), "frame count")?);
     write_frame_table(&frames, info);
-    Ok(concat_frames(&frames))
+    concat_frames(&frames)
 }
 
 /// One child's buffer as partition 0 of an internal node describes it.

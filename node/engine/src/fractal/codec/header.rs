@@ -7,7 +7,7 @@ pub(crate) fn encode_header(h: &Header) -> Vec<u8> {
     let mut w = W::default();
     w.0.extend_from_slice(HEADER_MAGIC);
     w.u32(FORMAT_VERSION);
-    w.u32(HEADER_BYTES as u32);
+    w.u32(const { const_len_u32(HEADER_BYTES) });
     w.u64(h.counter);
     w.u64(h.btt.offset);
     w.u32(h.btt.size);

@@ -15,8 +15,9 @@ impl W {
     pub(crate) fn u64(&mut self, v: u64) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
+    /// A length-prefixed byte string (see [`inner_len_u32`] for why this cannot fail).
     pub(crate) fn bytes(&mut self, b: &[u8]) {
-        self.u32(b.len() as u32);
+        self.u32(inner_len_u32(b.len()));
         self.0.extend_from_slice(b);
     }
 }

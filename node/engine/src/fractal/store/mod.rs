@@ -35,6 +35,7 @@ use super::codec::{
     NODE_FIXED_HEADER_BYTES, NODE_MAGIC, RUN_FIXED_HEADER_BYTES,
 };
 
+use super::limits::len_u32;
 use super::msg::{count_at_or_below, key_cmp, key_prefix, Msg, Msn};
 use super::node::{child_index, Basement, Node, NodeId};
 use super::space::Space;
