@@ -32,6 +32,52 @@ impl From<&str> for NodeErr {
 }
 
 pub(crate) fn decode_node_inner(buf: &[u8], expect_id: NodeId) -> Result<Node, NodeErr> {
+    let head = read_node_header(buf, expect_id)?;
+    let compressed = head.compressed == 1;
+    let mut parts = head.parts.into_iter();
+    let Some((data, raw_len)) = parts.next() else {
+        return Err("node without info partition".into());
+    };
+    let info = unpack_partition(0, data, raw_len, compressed)?;
+    let mut ir = R::new(&info);
+    let n = ir.u32()? as usize;
+    if n == 0 || n != parts.len() {
+        return Err(format!("{n} children/basements but {} data partitions", parts.len()).into());
+    }
+    let mut pivots = Vec::with_capacity(n - 1);
+    for _ in 1..n {
+        pivots.push(ir.bytes()?);
+    }
+    let data_parts: Vec<(&[u8], usize)> = parts.collect();
+    match head.kind {
+        1 => Ok(Node::Internal(decode_internal_rest(
+            &mut ir,
+            head.height,
+            pivots,
+            &data_parts,
+            compressed,
+        )?)),
+        0 => Ok(Node::Leaf(decode_leaf_rest(
+            &mut ir,
+            pivots,
+            &data_parts,
+            compressed,
+        )?)),
+        k => Err(format!("unknown node kind {k}").into()),
+    }
+}
+
+/// The fixed header and partition table of a node block, checked (id, header length and
+/// crc32c, every partition within the block and matching its crc32c).
+struct NodeHeader<'a> {
+    height: u32,
+    kind: u8,
+    compressed: u8,
+    /// Each partition's stored bytes and raw length, partition 0 first.
+    parts: Vec<(&'a [u8], usize)>,
+}
+
+fn read_node_header(buf: &[u8], expect_id: NodeId) -> Result<NodeHeader<'_>, NodeErr> {
     let mut r = R::new(buf);
     read_prelude(&mut r, NODE_MAGIC, "node")?.map_err(NodeErr::Engine)?;
     let id = r.u64()?;
@@ -45,18 +91,17 @@ pub(crate) fn decode_node_inner(buf: &[u8], expect_id: NodeId) -> Result<Node, N
     if header_len != NODE_FIXED_HEADER_BYTES + PARTITION_ENTRY_BYTES * nparts + 4 {
         return Err(format!("header length {header_len} does not match {nparts} partitions").into());
     }
-    let header = buf.get(..header_len).ok_or("truncated node header")?;
-    let (hbody, htail) = header.split_at(header_len - 4);
-    let mut c = [0u8; 4];
-    c.copy_from_slice(htail);
-    if crc32c::crc32c(hbody) != u32::from_le_bytes(c) {
-        return Err("node header crc32c mismatch".to_string().into());
+    let (hbody, hcrc) = buf
+        .get(..header_len)
+        .and_then(<[u8]>::split_last_chunk::<4>)
+        .ok_or("truncated node header")?;
+    if crc32c::crc32c(hbody) != u32::from_le_bytes(*hcrc) {
+        return Err("node header crc32c mismatch".into());
     }
     if id != expect_id {
         return Err(format!("block holds node {id}, expected {expect_id}").into());
     }
-    // Every partition's stored bytes, checked against the table's crc32c.
-    let mut stored: Vec<(&[u8], usize)> = Vec::with_capacity(nparts);
+    let mut parts: Vec<(&[u8], usize)> = Vec::with_capacity(nparts);
     for p in 0..nparts {
         let off = r.u32()? as usize;
         let len = r.u32()? as usize;
@@ -68,82 +113,96 @@ pub(crate) fn decode_node_inner(buf: &[u8], expect_id: NodeId) -> Result<Node, N
         if crc32c::crc32c(data) != crc {
             return Err(format!("partition {p} crc32c mismatch").into());
         }
-        stored.push((data, raw_len));
+        parts.push((data, raw_len));
     }
-    let unpack = |p: usize, (data, raw_len): (&[u8], usize)| -> Result<Vec<u8>, Detail> {
-        let raw = if compressed == 1 {
-            zstd_decompress(data, raw_len).map_err(|e| format!("partition {p} zstd: {e}"))?
-        } else {
-            data.to_vec()
-        };
-        if raw.len() != raw_len {
-            return Err(format!("partition {p} length {} != {raw_len}", raw.len()));
-        }
-        Ok(raw)
+    Ok(NodeHeader {
+        height,
+        kind,
+        compressed,
+        parts,
+    })
+}
+
+/// Partition `p`'s raw bytes from its stored bytes `data` (decompressed when `compressed`),
+/// checked to be `raw_len` long.
+fn unpack_partition(p: usize, data: &[u8], raw_len: usize, compressed: bool) -> Result<Vec<u8>, Detail> {
+    let raw = if compressed {
+        zstd_decompress(data, raw_len).map_err(|e| format!("partition {p} zstd: {e}"))?
+    } else {
+        data.to_vec()
     };
-    let mut stored = stored.into_iter().enumerate();
-    let info = match stored.next() {
-        Some((p, s)) => unpack(p, s)?,
-        None => return Err("node without info partition".to_string().into()),
-    };
-    let mut ir = R::new(&info);
-    let n = ir.u32()? as usize;
-    if n == 0 || n != nparts - 1 {
-        return Err(format!("{n} children/basements but {} data partitions", nparts - 1).into());
+    if raw.len() != raw_len {
+        return Err(format!("partition {p} length {} != {raw_len}", raw.len()));
     }
-    let mut pivots = Vec::with_capacity(n - 1);
-    for _ in 1..n {
-        pivots.push(ir.bytes()?);
+    Ok(raw)
+}
+
+/// The rest of an internal node after its pivots: children, filters and buffer tables from
+/// partition 0 (`ir`), then each buffer from its partition in `data_parts`.
+fn decode_internal_rest(
+    ir: &mut R<'_>,
+    height: u32,
+    pivots: Vec<Vec<u8>>,
+    data_parts: &[(&[u8], usize)],
+    compressed: bool,
+) -> Result<Internal, Detail> {
+    let n = data_parts.len();
+    let mut children = Vec::with_capacity(n);
+    for _ in 0..n {
+        children.push(ir.u64()?);
     }
-    match kind {
-        1 => {
-            let mut children = Vec::with_capacity(n);
-            for _ in 0..n {
-                children.push(ir.u64()?);
-            }
-            // The key filters are rebuilt in memory from the buffers; the spilled runs'
-            // references go back into their buffers.
-            let filters = read_child_filters(&mut ir, n)?;
-            let tables = read_buffer_tables(&mut ir, n, compressed == 1)?;
-            ir.done()?;
-            let mut buffers = stored
-                .zip(&tables)
-                .map(|((p, (data, raw_len)), t)| {
-                    decode_framed_buffer(data, raw_len, t).map_err(|d| format!("buffer {}: {d}", p - 1))
-                })
-                .collect::<Result<Vec<_>, Detail>>()?;
-            for (b, f) in buffers.iter_mut().zip(filters) {
-                for r in f.runs {
-                    b.push_spilled(r);
-                }
-            }
-            Ok(Node::Internal(Internal {
-                height,
-                pivots,
-                children,
-                buffers,
-            }))
+    // The key filters are rebuilt in memory from the buffers; the spilled runs' references go
+    // back into their buffers.
+    let filters = read_child_filters(ir, n)?;
+    let tables = read_buffer_tables(ir, n, compressed)?;
+    ir.done()?;
+    let mut buffers = data_parts
+        .iter()
+        .zip(&tables)
+        .enumerate()
+        .map(|(c, (&(data, raw_len), t))| {
+            decode_framed_buffer(data, raw_len, t).map_err(|d| format!("buffer {c}: {d}"))
+        })
+        .collect::<Result<Vec<_>, Detail>>()?;
+    for (b, f) in buffers.iter_mut().zip(filters) {
+        for r in f.runs {
+            b.push_spilled(r);
         }
-        0 => {
-            let tables = read_frame_tables(&mut ir, n)?;
-            ir.done()?;
-            let basements = stored
-                .zip(&tables)
-                .map(|((p, (data, raw_len)), bf)| {
-                    bf.check_partition(data.len(), raw_len)
-                        .map_err(|d| format!("basement {}: {d}", p - 1))?;
-                    decode_frames(data, bf, 0..bf.frames.len(), compressed == 1)
-                })
-                .collect::<Result<Vec<_>, Detail>>()?;
-            Ok(Node::Leaf(Leaf {
-                pivots,
-                basements,
-                appending: false,
-                prepending: false,
-            }))
-        }
-        k => Err(format!("unknown node kind {k}").into()),
     }
+    Ok(Internal {
+        height,
+        pivots,
+        children,
+        buffers,
+    })
+}
+
+/// The rest of a leaf after its pivots: the frame tables from partition 0 (`ir`), then each
+/// basement from its partition in `data_parts`.
+fn decode_leaf_rest(
+    ir: &mut R<'_>,
+    pivots: Vec<Vec<u8>>,
+    data_parts: &[(&[u8], usize)],
+    compressed: bool,
+) -> Result<Leaf, Detail> {
+    let tables = read_frame_tables(ir, data_parts.len())?;
+    ir.done()?;
+    let basements = data_parts
+        .iter()
+        .zip(&tables)
+        .enumerate()
+        .map(|(b, (&(data, raw_len), bf))| {
+            bf.check_partition(data.len(), raw_len)
+                .map_err(|d| format!("basement {b}: {d}"))?;
+            decode_frames(data, bf, 0..bf.frames.len(), compressed)
+        })
+        .collect::<Result<Vec<_>, Detail>>()?;
+    Ok(Leaf {
+        pivots,
+        basements,
+        appending: false,
+        prepending: false,
+    })
 }
 
 /// Reads the per-child filter section of an internal node's partition 0 (range flag, key

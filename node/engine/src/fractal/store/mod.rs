@@ -76,9 +76,8 @@ pub(crate) struct Store {
     /// A checkpoint has begun and not finished.
     pub(crate) checkpoint_running: bool,
     pub(crate) cache: HashMap<NodeId, Entry>,
-    pub(crate) ring: Vec<NodeId>,
-    pub(crate) ring_members: HashSet<NodeId>,
-    pub(crate) hand: usize,
+    /// The order in which eviction visits cached nodes.
+    pub(crate) ring: ClockRing,
     pub(crate) cached_bytes: usize,
     pub(crate) budget_bytes: usize,
     /// Basements of uncached leaves read for point lookups (at most a quarter of the budget).
@@ -130,6 +129,7 @@ pub(crate) struct Store {
 mod block_io;
 mod cachetable;
 pub(crate) mod checkpoint;
+mod clock_ring;
 mod no_space;
 mod partial_cache;
 mod partial_internal;
@@ -142,6 +142,7 @@ mod writeback_job;
 
 pub(crate) use self::block_io::*;
 pub(crate) use self::checkpoint::*;
+pub(crate) use self::clock_ring::ClockRing;
 pub(crate) use self::no_space::*;
 pub(crate) use self::partial_cache::*;
 pub(crate) use self::partial_leaf::*;
