@@ -19,10 +19,14 @@
 #![deny(
     clippy::unwrap_used,
     clippy::expect_used,
+    clippy::indexing_slicing,
     clippy::host_endian_bytes,
     clippy::big_endian_bytes
 )]
-#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+#![cfg_attr(
+    test,
+    allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
 
 pub mod bulk;
 pub mod fractal;
@@ -78,12 +82,14 @@ pub enum EngineError {
     /// The caller passed something the engine cannot store (e.g. an unknown upsert op version).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// The on-disk format is newer than this build understands.
+    /// The on-disk format is not the one this build reads: newer, or older (the fractal
+    /// engine's format is frozen at its current version and earlier ones are not read).
     #[error("unsupported on-disk format version {found} (this build reads {supported})")]
     UnsupportedVersion {
         /// Version found on disk.
         found: u32,
-        /// Highest version this build reads.
+        /// The version this build reads (the fractal engine reads only that one; a bulk-load
+        /// spill file likewise).
         supported: u32,
     },
     /// Error from the sled comparison engine.

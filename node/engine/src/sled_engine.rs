@@ -45,6 +45,11 @@ fn sled_err(e: sled::Error) -> EngineError {
     }
 }
 
+/// The user's key of a sled data key (without [`DATA_PREFIX`]).
+fn user_key(k: &[u8]) -> Vec<u8> {
+    k.get(1..).unwrap_or_default().to_vec()
+}
+
 fn data_key(key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(key.len() + 1);
     k.push(DATA_PREFIX);
@@ -124,7 +129,7 @@ impl Engine for SledEngine {
         let mut out = Vec::new();
         for item in iter.take(limit) {
             let (k, v) = item.map_err(sled_err)?;
-            out.push((k[1..].to_vec(), v.to_vec()));
+            out.push((user_key(&k), v.to_vec()));
         }
         Ok(out)
     }
@@ -293,7 +298,7 @@ impl SledEngine {
         };
         for item in iter {
             let (k, v) = item.map_err(sled_err)?;
-            merged.insert(k[1..].to_vec(), Some(v.to_vec()));
+            merged.insert(user_key(&k), Some(v.to_vec()));
         }
         for (k, v) in overlay {
             if crate::ops::in_range(k, start, end) {

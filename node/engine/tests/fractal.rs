@@ -310,6 +310,44 @@ fn torn_newest_header_falls_back_to_previous_checkpoint() {
     e.check_integrity().unwrap();
 }
 
+/// The format is frozen: a tree file whose headers are of an older format version (3, as
+/// earlier builds wrote them; valid magic and checksum) is refused at open with
+/// `UnsupportedVersion`, not read and not reported as corruption.
+#[test]
+fn older_format_versions_are_refused_at_open() {
+    let vfs = FaultVfs::new(4);
+    let e = fault_engine(&vfs, SMALL).unwrap();
+    e.write(
+        &[WriteOp::Put {
+            key: b"a".to_vec(),
+            value: b"1".to_vec(),
+        }],
+        None,
+    )
+    .unwrap();
+    e.checkpoint().unwrap();
+    drop(e);
+    let path = std::path::PathBuf::from("/engine").join(TREE_FILE_NAME);
+    let file = vfs.open(&path, false).unwrap();
+    for slot in [0u64, 4096] {
+        let mut header = [0u8; 64];
+        file.read_exact_at(&mut header, slot).unwrap();
+        assert_eq!(&header[8..12], &4u32.to_le_bytes(), "the current format is 4");
+        header[8..12].copy_from_slice(&3u32.to_le_bytes());
+        let crc = crc32c::crc32c(&header[..60]);
+        header[60..].copy_from_slice(&crc.to_le_bytes());
+        vfs.inject_bytes(&path, slot, &header).unwrap();
+    }
+    match fault_engine(&vfs, SMALL) {
+        Err(EngineError::UnsupportedVersion {
+            found: 3,
+            supported: 4,
+        }) => {}
+        Err(e) => panic!("expected UnsupportedVersion, got {e}"),
+        Ok(_) => panic!("a version-3 tree was opened"),
+    }
+}
+
 /// Readers on several threads run beside the writer (shared lock on cached paths, exclusive
 /// on misses); every read sees a whole batch: all keys of a read carry one round's value.
 #[test]

@@ -45,6 +45,7 @@ pub(crate) fn prepare_file(vfs: &dyn Vfs, dir: &Path, size_bytes: u64) -> Result
         let mut offset = 0u64;
         while offset < size_bytes {
             let n = (size_bytes - offset).min(zeros.len() as u64) as usize;
+            #[allow(clippy::indexing_slicing)] // n <= zeros.len() (the min above)
             file.write_all_at(&zeros[..n], offset)
                 .map_err(|e| io_err(ctx("zero-fill"), e))?;
             offset += n as u64;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
-use crate::limits::{MAX_META_KEY_BYTES, MAX_RECORD_PAYLOAD_BYTES};
+use crate::limits::{meta_key_len_u16, payload_len_u32, MAX_RECORD_PAYLOAD_BYTES};
 
 /// Magic bytes at offset 0 of every segment file.
 pub(crate) const SEGMENT_MAGIC: [u8; 8] = *b"FTKVSEG\0";
@@ -147,6 +147,7 @@ pub(crate) fn encode_segment_header(h: &SegmentHeader, out: &mut Vec<u8>) {
     out.extend_from_slice(&h.segment_size_bytes.to_le_bytes());
     out.extend_from_slice(&h.prev_segment_end.to_le_bytes());
     out.extend_from_slice(&[0u8; 24]);
+    #[allow(clippy::indexing_slicing)] // start was out.len() before the appends above
     let crc = crc32c::crc32c(&out[start..]);
     out.extend_from_slice(&crc.to_le_bytes());
     debug_assert_eq!(out.len() - start, SEGMENT_HEADER_BYTES as usize);
@@ -155,8 +156,13 @@ pub(crate) fn encode_segment_header(h: &SegmentHeader, out: &mut Vec<u8>) {
 /// Checks a segment header; returns its fields, or a description of the problem if invalid.
 pub(crate) fn check_segment_header(buf: &[u8], expected_seq: u64) -> Result<SegmentHeader, String> {
     // A version 1 header (32 bytes, crc at 28) is recognised to refuse it with a clear message.
-    if buf.len() >= 32 && buf[..8] == SEGMENT_MAGIC && u32_at(buf, 8) == 1 {
-        let crc_ok = u32_at(buf, 28) == crc32c::crc32c(&buf[..28]);
+    if let Some(v1) = buf
+        .first_chunk::<32>()
+        .filter(|h| h.starts_with(&SEGMENT_MAGIC) && u32_at(*h, 8) == 1)
+    {
+        let crc_ok = v1
+            .split_last_chunk::<4>()
+            .is_some_and(|(body, crc)| u32::from_le_bytes(*crc) == crc32c::crc32c(body));
         if crc_ok {
             return Err(format!(
                 "segment format version 1 (written by an older ftkv build, before preallocated \
@@ -173,13 +179,13 @@ pub(crate) fn check_segment_header(buf: &[u8], expected_seq: u64) -> Result<Segm
     };
     let crc_at = SEGMENT_HEADER_BYTES as usize - 4;
     let stored = u32_at(head, crc_at);
-    let computed = crc32c::crc32c(&head[..crc_at]);
+    let computed = crc32c::crc32c(head.get(..crc_at).unwrap_or_default());
     if stored != computed {
         return Err(format!(
             "segment header crc32c mismatch: stored {stored:#010x}, computed {computed:#010x}"
         ));
     }
-    if head[..8] != SEGMENT_MAGIC {
+    if !head.starts_with(&SEGMENT_MAGIC) {
         return Err("bad segment magic".to_string());
     }
     let version = u32_at(head, 8);
@@ -256,7 +262,8 @@ pub(crate) fn decode_mark(buf: &[u8], seq: u64) -> SlotState {
         return SlotState::Empty;
     }
     let stored = u32_at(slot, 28);
-    if stored != crc32c::crc32c(&slot[..28]) || u64_at(slot, 16) != seq || u32_at(slot, 24) != 0 {
+    if Some(stored) != slot.get(..28).map(crc32c::crc32c) || u64_at(slot, 16) != seq || u32_at(slot, 24) != 0
+    {
         return SlotState::Invalid;
     }
     let generation = u64_at(slot, 0);
@@ -272,12 +279,12 @@ pub(crate) fn decode_mark(buf: &[u8], seq: u64) -> SlotState {
 /// Appends one encoded record to `out`; returns its encoded size in bytes.
 /// The caller has checked `payload.len() <= MAX_RECORD_PAYLOAD_BYTES`.
 pub(crate) fn encode_record(kind: RecordType, index: u64, payload: &[u8], out: &mut Vec<u8>) -> usize {
-    debug_assert!(payload.len() <= MAX_RECORD_PAYLOAD_BYTES);
     let start = out.len();
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&payload_len_u32(payload.len()).to_le_bytes());
     out.push(kind as u8);
     out.extend_from_slice(&index.to_le_bytes());
     out.extend_from_slice(payload);
+    #[allow(clippy::indexing_slicing)] // start was out.len() before the appends above
     let crc = crc32c::crc32c(&out[start..]);
     out.extend_from_slice(&crc.to_le_bytes());
     out.len() - start
@@ -285,9 +292,8 @@ pub(crate) fn encode_record(kind: RecordType, index: u64, payload: &[u8], out: &
 
 /// Encodes a meta payload `key_len u16 | key | value`. The caller has checked the key length.
 pub(crate) fn encode_meta_payload(key: &str, value: &[u8]) -> Vec<u8> {
-    debug_assert!(key.len() <= MAX_META_KEY_BYTES);
     let mut p = Vec::with_capacity(2 + key.len() + value.len());
-    p.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    p.extend_from_slice(&meta_key_len_u16(key.len()).to_le_bytes());
     p.extend_from_slice(key.as_bytes());
     p.extend_from_slice(value);
     p
@@ -295,8 +301,8 @@ pub(crate) fn encode_meta_payload(key: &str, value: &[u8]) -> Vec<u8> {
 
 /// Splits a meta payload into key and value; None if malformed.
 pub(crate) fn decode_meta_payload(payload: &Bytes) -> Option<(String, Bytes)> {
-    let len_bytes = payload.get(..2)?;
-    let key_len = u16::from_le_bytes([len_bytes[0], len_bytes[1]]) as usize;
+    let len_bytes = payload.first_chunk::<2>()?;
+    let key_len = u16::from_le_bytes(*len_bytes) as usize;
     let key = payload.get(2..2 + key_len)?;
     let key = std::str::from_utf8(key).ok()?.to_string();
     Some((key, payload.slice(2 + key_len..)))
@@ -304,7 +310,7 @@ pub(crate) fn decode_meta_payload(payload: &Bytes) -> Option<(String, Bytes)> {
 
 /// Decodes the record starting at `buf[0]`. Returns the record and its encoded size in bytes.
 pub(crate) fn decode_record(buf: &Bytes) -> Result<(Record, usize), DecodeError> {
-    let Some(head) = buf.get(..RECORD_HEAD_BYTES) else {
+    let Some(head) = buf.first_chunk::<RECORD_HEAD_BYTES>() else {
         return Err(DecodeError::Incomplete {
             needed_bytes: RECORD_HEAD_BYTES,
             available_bytes: buf.len(),
@@ -324,8 +330,15 @@ pub(crate) fn decode_record(buf: &Bytes) -> Result<(Record, usize), DecodeError>
             available_bytes: buf.len(),
         });
     };
-    let stored = u32_at(whole, RECORD_HEAD_BYTES + len);
-    let computed = crc32c::crc32c(&whole[..RECORD_HEAD_BYTES + len]);
+    // `whole` is RECORD_OVERHEAD_BYTES + len = head, payload and the 4-byte crc.
+    let Some((body, crc)) = whole.split_last_chunk::<4>() else {
+        return Err(DecodeError::Incomplete {
+            needed_bytes: total,
+            available_bytes: buf.len(),
+        });
+    };
+    let stored = u32::from_le_bytes(*crc);
+    let computed = crc32c::crc32c(body);
     if stored != computed {
         return Err(DecodeError::BadChecksum { stored, computed });
     }
@@ -333,12 +346,17 @@ pub(crate) fn decode_record(buf: &Bytes) -> Result<(Record, usize), DecodeError>
     Ok((Record { kind, index, payload }, total))
 }
 
+/// The little-endian u32 at `buf[at..at + 4]`. Callers pass a header, slot or record they
+/// took with `first_chunk`/`get` of a fixed size that holds the field.
+#[allow(clippy::indexing_slicing)] // every caller's `at + 4` is within its fixed-size slice
 fn u32_at(buf: &[u8], at: usize) -> u32 {
     let mut b = [0u8; 4];
     b.copy_from_slice(&buf[at..at + 4]);
     u32::from_le_bytes(b)
 }
 
+/// The little-endian u64 at `buf[at..at + 8]` (callers as for [`u32_at`]).
+#[allow(clippy::indexing_slicing)] // every caller's `at + 8` is within its fixed-size slice
 fn u64_at(buf: &[u8], at: usize) -> u64 {
     let mut b = [0u8; 8];
     b.copy_from_slice(&buf[at..at + 8]);

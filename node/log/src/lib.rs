@@ -53,10 +53,14 @@
 #![deny(
     clippy::unwrap_used,
     clippy::expect_used,
+    clippy::indexing_slicing,
     clippy::host_endian_bytes,
     clippy::big_endian_bytes
 )]
-#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+#![cfg_attr(
+    test,
+    allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
 mod flusher;
 mod format;
 mod index;
@@ -605,7 +609,7 @@ impl Log {
         for (index, payload) in records {
             let (seq, offset) =
                 st.push_record(sh.opts.segment_size_bytes, RecordType::Entry, index, &payload);
-            let payload_len = payload.len() as u32;
+            let payload_len = limits::payload_len_u32(payload.len());
             st.index.push(
                 index,
                 EntryLoc {

@@ -30,3 +30,25 @@ const _: () = assert!(
     "meta key length must fit its u16 field"
 );
 const _: () = assert!(MIN_SEGMENT_SIZE_BYTES <= DEFAULT_SEGMENT_SIZE_BYTES);
+
+/// A record payload's length as its u32 field: the one cast of payload lengths in the log.
+/// Infallible by [`MAX_RECORD_PAYLOAD_BYTES`] (asserted above to fit a u32): appends check
+/// it before anything is queued and recovery's decoder refuses longer records, so callers
+/// pass a length at most that. Debug builds assert it; release builds saturate.
+pub(crate) fn payload_len_u32(n: usize) -> u32 {
+    debug_assert!(
+        n <= MAX_RECORD_PAYLOAD_BYTES,
+        "payload of {n} bytes over the checked limit"
+    );
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// A meta key's length as its u16 field, infallible by [`MAX_META_KEY_BYTES`] (asserted
+/// above to fit a u16; `put_meta` checks it): debug builds assert, release builds saturate.
+pub(crate) fn meta_key_len_u16(n: usize) -> u16 {
+    debug_assert!(
+        n <= MAX_META_KEY_BYTES,
+        "meta key of {n} bytes over the checked limit"
+    );
+    u16::try_from(n).unwrap_or(u16::MAX)
+}

@@ -26,8 +26,7 @@ use ftkv_vfs::{Vfs, VfsFile};
 
 use crate::format::{
     check_segment_header, decode_mark, decode_meta_payload, decode_record, encode_mark, mark_slot_offset,
-    parse_segment_name, DurableMark, RecordType, SlotState, MARK_SLOT_BYTES, RECORDS_START,
-    RECORD_OVERHEAD_BYTES,
+    parse_segment_name, DurableMark, RecordType, SlotState, RECORDS_START, RECORD_OVERHEAD_BYTES,
 };
 use crate::index::{EntryIndex, EntryLoc};
 use crate::LogError;
@@ -87,7 +86,7 @@ fn valid_record_at_or_after(buf: &Bytes, from: usize) -> Option<usize> {
     let last_start = buf.len().checked_sub(RECORD_OVERHEAD_BYTES)?;
     (from..=last_start).find(|&pos| {
         // Cheap filters first: type byte and length must be plausible.
-        let type_ok = matches!(buf[pos + 4], 1..=4);
+        let type_ok = matches!(buf.get(pos + 4), Some(1..=4));
         type_ok && decode_record(&buf.slice(pos..)).is_ok()
     })
 }
@@ -196,7 +195,7 @@ pub(crate) fn recover(vfs: &dyn Vfs, dir: &Path, point_in_time: bool) -> Result<
                 evidence: format!("its durable mark, generation {}", mark.generation),
             });
         }
-        let tail = &buf[valid_end as usize..];
+        let tail = buf.get(valid_end as usize..).unwrap_or_default();
         if let Some(last_nonzero) = tail.iter().rposition(|&b| b != 0) {
             let zeroed_bytes = zero_nonzero_blocks(&*file, &path, &buf, valid_end)?;
             tracing::warn!(
@@ -247,7 +246,8 @@ fn read_mark(buf: &Bytes, seq: u64, path: &Path) -> Result<DurableMark, LogError
     };
     for slot in 0..2u64 {
         let at = mark_slot_offset(slot) as usize;
-        match decode_mark(&buf[at..at + MARK_SLOT_BYTES as usize], seq) {
+        // decode_mark takes the slot's first MARK_SLOT_BYTES (a short one is Invalid).
+        match decode_mark(buf.get(at..).unwrap_or_default(), seq) {
             SlotState::Empty => {}
             SlotState::Invalid => tracing::warn!(
                 segment = %path.display(),
@@ -283,7 +283,10 @@ fn zero_nonzero_blocks(file: &dyn VfsFile, path: &Path, buf: &[u8], from: u64) -
     let mut start = from as usize;
     while start < buf.len() {
         let end = ((start / ZERO_BLOCK_BYTES + 1) * ZERO_BLOCK_BYTES).min(buf.len());
-        if buf[start..end].iter().any(|&b| b != 0) {
+        let block = buf.get(start..end).unwrap_or_default();
+        if block.iter().any(|&b| b != 0) {
+            #[allow(clippy::indexing_slicing)]
+            // end - start <= ZERO_BLOCK_BYTES: end is at most the next block boundary
             file.write_all_at(&zeros[..end - start], start as u64)
                 .map_err(|e| io_err(format!("zero torn tail of {}", path.display()), e))?;
             written += (end - start) as u64;
@@ -291,6 +294,11 @@ fn zero_nonzero_blocks(file: &dyn VfsFile, path: &Path, buf: &[u8], from: u64) -
         start = end;
     }
     Ok(written)
+}
+
+/// Whether `buf[pos..]` is all zeros (preallocated space); false when `pos` is past the end.
+fn only_zeros_from(buf: &[u8], pos: usize) -> bool {
+    buf.get(pos..).is_some_and(|t| t.iter().all(|&b| b == 0))
 }
 
 /// Replays one segment's records into `out`; returns (end of the last valid record, record count).
@@ -312,7 +320,7 @@ fn replay_segment(
                     // A completed segment was fully synced before the next one was written: its
                     // records end where only zeros follow (the end is checked against the next
                     // segment's header by the caller).
-                    if buf[pos..].iter().all(|&b| b == 0) {
+                    if only_zeros_from(buf, pos) {
                         return Ok((pos as u64, records));
                     }
                     return Err(corruption(
@@ -322,7 +330,7 @@ fn replay_segment(
                     ));
                 }
                 // The common case, the clean end of the records: only preallocated zeros follow.
-                if buf[pos..].iter().all(|&b| b == 0) {
+                if only_zeros_from(buf, pos) {
                     return Ok((pos as u64, records));
                 }
                 if let Some(next) = valid_record_at_or_after(buf, pos + 1) {
@@ -373,7 +381,7 @@ fn apply(
                     ));
                 }
             }
-            let payload_len = payload.len() as u32;
+            let payload_len = crate::limits::payload_len_u32(payload.len());
             out.index.push(
                 index,
                 EntryLoc {

@@ -33,10 +33,14 @@
 #![deny(
     clippy::unwrap_used,
     clippy::expect_used,
+    clippy::indexing_slicing,
     clippy::host_endian_bytes,
     clippy::big_endian_bytes
 )]
-#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+#![cfg_attr(
+    test,
+    allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
 use std::fs::{File, OpenOptions};
@@ -91,7 +95,9 @@ pub trait VfsFile: Send + Sync + Debug {
                     ))
                 }
                 Ok(n) => {
-                    buf = &mut buf[n..];
+                    buf = buf.get_mut(n..).ok_or_else(|| {
+                        io::Error::other(format!("read_at returned {n} bytes, more than asked"))
+                    })?;
                     offset += n as u64;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -206,6 +212,7 @@ impl RealFile {
         let end = offset + len;
         while pos < end {
             let n = CHUNK.min(end - pos) as usize;
+            #[allow(clippy::indexing_slicing)] // n <= CHUNK.min(len) = zeros.len(), as end - pos <= len
             self.file.write_all_at(&zeros[..n], pos)?;
             pos += n as u64;
         }
@@ -386,7 +393,9 @@ fn write_into(image: &mut Vec<u8>, offset: u64, data: &[u8]) {
     if image.len() < end {
         image.resize(end, 0);
     }
-    image[start..end].copy_from_slice(data);
+    if let Some(dst) = image.get_mut(start..end) {
+        dst.copy_from_slice(data);
+    }
 }
 
 impl FaultState {
@@ -486,6 +495,7 @@ impl FaultVfs {
                 v
             };
             if !candidates.is_empty() {
+                #[allow(clippy::indexing_slicing)] // gen_range(0..len) of a non-empty Vec
                 let pick = candidates[st.rng.gen_range(0..candidates.len())];
                 let garbage_mode = st.rng.gen_bool(0.5);
                 if let Some(inode) = st.inodes.get_mut(&pick) {
@@ -523,8 +533,10 @@ impl FaultVfs {
                 b += SECTOR_SIZE_BYTES;
             }
             cuts.push(end);
+            #[allow(clippy::indexing_slicing)] // gen_range(0..len) of a non-empty Vec
             let cut = cuts[rng.gen_range(0..cuts.len())];
             let keep = (cut - start) as usize;
+            #[allow(clippy::indexing_slicing)] // start <= cut <= end = start + w.data.len()
             write_into(durable, start, &w.data[..keep]);
         }
     }
@@ -814,8 +826,13 @@ impl VfsFile for FaultFile {
             }
             let n = (len - offset).min(buf.len() as u64) as usize;
             let start = offset as usize;
-            buf[..n].copy_from_slice(&inode.current[start..start + n]);
-            n
+            match (buf.get_mut(..n), inode.current.get(start..start + n)) {
+                (Some(dst), Some(src)) => {
+                    dst.copy_from_slice(src);
+                    n
+                }
+                _ => 0,
+            }
         })
     }
 
@@ -851,7 +868,9 @@ impl VfsFile for FaultFile {
             let file_len = inode.current.len() as u64;
             if offset < file_len {
                 let end = offset.saturating_add(len).min(file_len) as usize;
-                inode.current[offset as usize..end].fill(0);
+                if let Some(hole) = inode.current.get_mut(offset as usize..end) {
+                    hole.fill(0);
+                }
             }
         })
     }

@@ -201,18 +201,23 @@ impl UnsyncedFile {
 fn read_base(real: &dyn VfsFile, base_len: u64, dst: &mut [u8], offset: u64) -> io::Result<()> {
     let real_part = base_len.saturating_sub(offset).min(dst.len() as u64) as usize;
     let (from_real, zeros) = dst.split_at_mut(real_part);
-    let mut done = 0;
-    while done < from_real.len() {
-        let n = real.read_at(&mut from_real[done..], offset + done as u64)?;
+    let mut rest = from_real;
+    while !rest.is_empty() {
+        let n = real.read_at(rest, offset + (real_part - rest.len()) as u64)?;
         if n == 0 {
             // The real file is shorter than the base claims (changed behind our back): zeros.
-            from_real[done..].fill(0);
+            rest.fill(0);
             break;
         }
-        done += n;
+        rest = rest.get_mut(n..).ok_or_else(|| out_of_range("read_at count"))?;
     }
     zeros.fill(0);
     Ok(())
+}
+
+/// A span outside the buffer it should lie in (an overlay bookkeeping bug, not bad input).
+fn out_of_range(what: &str) -> io::Error {
+    io::Error::other(format!("unsynced overlay: {what} out of range"))
 }
 
 fn overflow() -> io::Error {
@@ -248,11 +253,16 @@ impl Overlay {
             let in_page = (pos % OVERLAY_PAGE_BYTES) as usize;
             let take = (OVERLAY_PAGE_BYTES - in_page as u64).min(end - pos) as usize;
             let page = self.page_mut(real, index)?;
-            let dst = &mut page[in_page..in_page + take];
+            let dst = page
+                .get_mut(in_page..in_page + take)
+                .ok_or_else(|| out_of_range("page span"))?;
             match data {
                 Some(d) => {
                     let from = (pos - offset) as usize;
-                    dst.copy_from_slice(&d[from..from + take]);
+                    let src = d
+                        .get(from..from + take)
+                        .ok_or_else(|| out_of_range("write data"))?;
+                    dst.copy_from_slice(src);
                 }
                 None => dst.fill(0),
             }
@@ -278,7 +288,13 @@ impl VfsFile for UnsyncedFile {
                 Some(page) => {
                     let in_page = (pos % OVERLAY_PAGE_BYTES) as usize;
                     let take = (OVERLAY_PAGE_BYTES - in_page as u64).min(end - pos) as usize;
-                    buf[dst_from..dst_from + take].copy_from_slice(&page[in_page..in_page + take]);
+                    let (Some(dst), Some(src)) = (
+                        buf.get_mut(dst_from..dst_from + take),
+                        page.get(in_page..in_page + take),
+                    ) else {
+                        return Err(out_of_range("read span"));
+                    };
+                    dst.copy_from_slice(src);
                     pos += take as u64;
                 }
                 None => {
@@ -291,12 +307,10 @@ impl VfsFile for UnsyncedFile {
                         .unwrap_or(u64::MAX);
                     let run_end = end.min(next_dirty);
                     let take = (run_end - pos) as usize;
-                    read_base(
-                        &*self.file.real,
-                        ov.base_len,
-                        &mut buf[dst_from..dst_from + take],
-                        pos,
-                    )?;
+                    let dst = buf
+                        .get_mut(dst_from..dst_from + take)
+                        .ok_or_else(|| out_of_range("read span"))?;
+                    read_base(&*self.file.real, ov.base_len, dst, pos)?;
                     pos = run_end;
                 }
             }
@@ -334,7 +348,8 @@ impl VfsFile for UnsyncedFile {
                 continue;
             }
             let n = (len - start).min(OVERLAY_PAGE_BYTES) as usize;
-            real.write_all_at(&page[..n], start)?;
+            let data = page.get(..n).ok_or_else(|| out_of_range("page"))?;
+            real.write_all_at(data, start)?;
         }
         real.sync_data()?;
         ov.pages.clear();
@@ -351,8 +366,12 @@ impl VfsFile for UnsyncedFile {
             ov.pages.retain(|&i, _| i < first_gone);
             if partial != 0 {
                 let index = len / OVERLAY_PAGE_BYTES;
-                if let Some(page) = ov.pages.get_mut(&index) {
-                    page[partial as usize..].fill(0);
+                if let Some(tail) = ov
+                    .pages
+                    .get_mut(&index)
+                    .and_then(|p| p.get_mut(partial as usize..))
+                {
+                    tail.fill(0);
                 }
             }
             ov.base_len = ov.base_len.min(len);

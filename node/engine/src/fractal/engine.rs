@@ -29,7 +29,7 @@ impl FractalEngine {
     /// Opens (or creates) the tree in `opts.dir` with the default [`FractalOptions`].
     ///
     /// Errors: `Io` from the file system, `Corruption` when no valid header or a damaged BTT is
-    /// found, `UnsupportedVersion` for a newer format.
+    /// found, `UnsupportedVersion` for a file of another format version (older ones included).
     pub fn open(vfs: Arc<dyn Vfs>, opts: &EngineOptions) -> Result<Self> {
         Self::open_with(vfs, opts, FractalOptions::default())
     }

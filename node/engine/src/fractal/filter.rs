@@ -12,8 +12,8 @@ pub(crate) const BITS_PER_KEY: usize = 10;
 /// Probes per key.
 pub(crate) const PROBES: u8 = 7;
 
-/// A Bloom filter over key hashes. The empty filter built from no keys rejects everything;
-/// [`KeyFilter::everything`] accepts everything (nodes written before filters existed).
+/// A Bloom filter over key hashes. The empty filter built from no keys rejects everything; a
+/// stored filter with 0 probes (never written: `build` uses at least one) accepts everything.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct KeyFilter {
     /// Probes per lookup; 0 = accept every key.
@@ -57,14 +57,6 @@ impl KeyFilter {
         f
     }
 
-    /// A filter that accepts every key.
-    pub(crate) fn everything() -> Self {
-        KeyFilter {
-            probes: 0,
-            words: Vec::new(),
-        }
-    }
-
     pub(crate) fn bits(&self) -> usize {
         self.words.len() * 64
     }
@@ -89,7 +81,8 @@ impl KeyFilter {
     /// Appends the encoding: u8 probes, u32 word count, words as u64 little-endian.
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         out.push(self.probes);
-        out.extend_from_slice(&(self.words.len() as u32).to_le_bytes());
+        // Inside partition 0, whose length is checked (see inner_len_u32).
+        out.extend_from_slice(&crate::fractal::limits::inner_len_u32(self.words.len()).to_le_bytes());
         for w in &self.words {
             out.extend_from_slice(&w.to_le_bytes());
         }
@@ -157,7 +150,8 @@ mod tests {
     fn empty_rejects_and_everything_accepts() {
         let empty = KeyFilter::build(std::iter::empty());
         assert!(!empty.may_contain(key_hash(b"x")));
-        assert!(KeyFilter::everything().may_contain(key_hash(b"x")));
+        let (zero_probes, _) = KeyFilter::decode(&[0, 0, 0, 0, 0]).unwrap();
+        assert!(zero_probes.may_contain(key_hash(b"x")));
         assert!(KeyFilter::decode(&[7, 0, 0, 0, 0]).is_err());
         assert!(KeyFilter::decode(&[7, 1, 0, 0, 0, 1]).is_err());
     }

@@ -4,13 +4,13 @@
 
 use super::codec::{BLOCK_ALIGN_BYTES, DATA_START, HEADER_BYTES, HEADER_SLOT_BYTES};
 
-/// Uncompressed bytes per frame of a run (format 3): a point lookup reads and decompresses one
+/// Uncompressed bytes per frame of a run: a point lookup reads and decompresses one
 /// frame, not the whole run.
 pub(crate) const RUN_FRAME_RAW_BYTES: usize = 4 << 10;
-/// Uncompressed bytes per frame of an internal node's buffer (format 4): the unit a point read
+/// Uncompressed bytes per frame of an internal node's buffer: the unit a point read
 /// through an uncached internal node decompresses.
 pub(crate) const BUFFER_FRAME_RAW_BYTES: usize = 4 << 10;
-/// Uncompressed bytes per frame of a basement (format 3): the unit a point read decompresses.
+/// Uncompressed bytes per frame of a basement: the unit a point read decompresses.
 pub(crate) const BASEMENT_FRAME_RAW_BYTES: usize = 4 << 10;
 
 /// Block buffers [`super::codec::recycle_block_buf`] keeps per thread.
@@ -76,8 +76,31 @@ const _: () = assert!(
 const _: () = assert!(MAX_RUNS_PER_BUFFER >= 1 && MAX_CHECKPOINT_LANES >= 1 && MAX_IN_FLIGHT >= 1);
 
 /// A length as the u32 field that stores it; `what` names the field in the error. The one
-/// checked cast of lengths the codec uses for fields that are bounded by the block size.
+/// checked cast of lengths (and counts) to u32 in the engine: block, partition, frame and
+/// frame-index lengths, counts of children, basements, frames and messages.
 pub(crate) fn len_u32(n: usize, what: &str) -> crate::Result<u32> {
     u32::try_from(n)
-        .map_err(|_| crate::EngineError::InvalidArgument(format!("{what} of {n} bytes does not fit a u32")))
+        .map_err(|_| crate::EngineError::InvalidArgument(format!("{what} of {n} does not fit a u32")))
+}
+
+/// A length *inside* an encoded partition, frame or block as its u32 field, for the encoders
+/// that cannot fail (`W::bytes` for keys, values and pivots, key filters, frame-table rows,
+/// the BTT's meta blob). Infallible by this limit: such a length is below the length of the
+/// partition, frame or block that holds it, and that one goes through [`len_u32`] before
+/// anything is written (`compress_partition`/`assemble_node`, `FrameWriter::cut`,
+/// `encode_run`, `write_fresh_block`/`write_encoded`), so an encoding with a length over
+/// `u32::MAX` fails there with `InvalidArgument`. Debug builds assert; release builds
+/// saturate (never wrap to a small, plausible length).
+pub(crate) fn inner_len_u32(n: usize) -> u32 {
+    debug_assert!(
+        u32::try_from(n).is_ok(),
+        "a length of {n} inside a block: its block's len_u32 check fails the encoding"
+    );
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// [`len_u32`] for a constant, at compile time (a format constant such as the header length).
+pub(crate) const fn const_len_u32(n: usize) -> u32 {
+    assert!(n <= u32::MAX as usize, "a format constant fits its u32 field");
+    n as u32
 }

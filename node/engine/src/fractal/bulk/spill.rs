@@ -19,6 +19,7 @@ use ftkv_vfs::{Vfs, VfsFile};
 
 use crate::bulk::Row;
 use crate::fractal::engine::io;
+use crate::fractal::limits::len_u32;
 use crate::{EngineError, Result};
 
 /// Subdirectory of the engine directory holding spill files.
@@ -147,11 +148,8 @@ impl RunWriter {
 
     /// Appends one row.
     pub(crate) fn push(&mut self, key: &[u8], value: &[u8], index: u64) -> Result<()> {
-        let (Ok(kl), Ok(vl)) = (u32::try_from(key.len()), u32::try_from(value.len())) else {
-            return Err(EngineError::InvalidArgument(format!(
-                "bulk row {index}: key or value above 4 GiB"
-            )));
-        };
+        let kl = len_u32(key.len(), &format!("bulk row {index}: key"))?;
+        let vl = len_u32(value.len(), &format!("bulk row {index}: value"))?;
         self.block.extend_from_slice(&index.to_le_bytes());
         self.block.extend_from_slice(&kl.to_le_bytes());
         self.block.extend_from_slice(&vl.to_le_bytes());
@@ -168,11 +166,7 @@ impl RunWriter {
         if self.block_rows == 0 {
             return Ok(());
         }
-        let Ok(len) = u32::try_from(self.block.len()) else {
-            return Err(EngineError::InvalidArgument(
-                "bulk spill block above 4 GiB".into(),
-            ));
-        };
+        let len = len_u32(self.block.len(), "bulk spill block")?;
         let mut out = Vec::with_capacity(BLOCK_HEADER_BYTES + self.block.len());
         out.extend_from_slice(&len.to_le_bytes());
         out.extend_from_slice(&self.block_rows.to_le_bytes());

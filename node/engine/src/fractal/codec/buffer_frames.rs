@@ -1,9 +1,9 @@
-//! Framed buffers of format-4 internal nodes: encoding, the buffer tables, decoding.
+//! Framed buffers of internal nodes: encoding, the buffer tables, decoding.
 
 use super::*;
 pub(crate) use crate::fractal::limits::BUFFER_FRAME_RAW_BYTES;
 
-/// Encodes buffer `b` of a format-4 internal node: appends to `info` its range messages (u32
+/// Encodes buffer `b` of an internal node: appends to `info` its range messages (u32
 /// count, then each as [`encode_range`] writes it, in MSN order) and the frame table of its
 /// point messages (u32 messages, u32 frames, the frame rows); returns the stored partition (the
 /// frames of its point messages in (key, MSN) order, a key's messages never split) and its raw
@@ -27,10 +27,10 @@ pub(crate) fn encode_buffer_frames(b: &Buffer, level: Option<i32>, info: &mut W)
     info.u32(count);
     info.u32(len_u32(frames.len(), "frame count")?);
     write_frame_table(&frames, info);
-    Ok(concat_frames(&frames))
+    concat_frames(&frames)
 }
 
-/// One child's buffer as partition 0 of a format-4 internal node describes it.
+/// One child's buffer as partition 0 of an internal node describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BufferTable {
     /// The buffer's range messages in MSN order (kept in partition 0: any key may need them).
@@ -67,11 +67,10 @@ impl BufferTable {
     }
 }
 
-/// Reads the `n` buffer tables of a format-4 internal node's partition 0 (after its filters).
+/// Reads the `n` buffer tables of an internal node's partition 0 (after its filters).
 pub(crate) fn read_buffer_tables(
     r: &mut R<'_>,
     n: usize,
-    version: u32,
     compressed: bool,
 ) -> Result<Vec<BufferTable>, Detail> {
     let mut out = Vec::with_capacity(n);
@@ -102,7 +101,6 @@ pub(crate) fn read_buffer_tables(
         out.push(BufferTable {
             ranges,
             points: RunIndex {
-                version,
                 compressed,
                 msgs,
                 frames,
@@ -112,7 +110,7 @@ pub(crate) fn read_buffer_tables(
     Ok(out)
 }
 
-/// Rebuilds a format-4 buffer from its table and its partition's stored bytes `data`.
+/// Rebuilds a buffer from its table and its partition's stored bytes `data`.
 pub(crate) fn decode_framed_buffer(data: &[u8], raw_len: usize, t: &BufferTable) -> Result<Buffer, Detail> {
     t.check_partition(data.len(), raw_len)?;
     let mut msgs = Vec::with_capacity((t.points.msgs as usize).min(1 << 16) + t.ranges.len());

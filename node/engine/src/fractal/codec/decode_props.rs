@@ -63,12 +63,10 @@ fn decode_node_every_way(block: &[u8], id: NodeId, buffers: usize) {
         let Ok(raw) = decode_partition(data, e, index.compressed, "prop") else {
             continue;
         };
+        // Data partitions are frames: decode_node above decodes them through partition 0's tables.
         if i == 0 {
-            let _ = decode_internal_info(&raw, buffers, index.version, index.compressed, "prop");
-            let _ = decode_leaf_info(&raw, buffers, index.version, "prop");
-        } else {
-            let _ = decode_buffer_partition(&raw, "prop");
-            let _ = decode_basement_partition(&raw, "prop");
+            let _ = decode_internal_info(&raw, buffers, index.compressed, "prop");
+            let _ = decode_leaf_info(&raw, buffers, "prop");
         }
     }
 }
@@ -184,9 +182,8 @@ proptest! {
 
     #[test]
     fn partitions_of_arbitrary_raw_bytes_never_panic(raw in proptest::collection::vec(any::<u8>(), 0..300), n in 0usize..20) {
-        let _ = decode_buffer_partition(&raw, "prop");
-        let _ = decode_basement_partition(&raw, "prop");
-        let _ = decode_leaf_info(&raw, n, FORMAT_VERSION, "prop");
-        let _ = decode_internal_info(&raw, n, FORMAT_VERSION, false, "prop");
+        let _ = decode_leaf_info(&raw, n, "prop");
+        let _ = decode_internal_info(&raw, n, false, "prop");
+        let _ = decode_internal_info(&raw, n, true, "prop");
     }
 }

@@ -3,13 +3,13 @@
 use super::*;
 
 /// The stored bytes of `frames` back to back (a partition) and their total raw length.
-pub(crate) fn concat_frames(frames: &[EncFrame]) -> (Vec<u8>, u32) {
-    let total_raw = frames.iter().map(|f| f.raw_len).sum();
+pub(crate) fn concat_frames(frames: &[EncFrame]) -> Result<(Vec<u8>, u32)> {
+    let total_raw = len_u32(frames.iter().map(|f| f.raw_len as usize).sum(), "partition")?;
     let mut stored = Vec::with_capacity(frames.iter().map(|f| f.stored.len()).sum());
     for f in frames {
         stored.extend_from_slice(&f.stored);
     }
-    (stored, total_raw)
+    Ok((stored, total_raw))
 }
 
 /// Checks that frames of `(stored, raw)` lengths add up to a partition's stored and raw
@@ -37,6 +37,8 @@ pub(crate) struct EncFrame {
     /// Messages or entries in it.
     pub(crate) count: u32,
     pub(crate) raw_len: u32,
+    /// `stored.len()`, checked to fit its u32 field.
+    pub(crate) stored_len: u32,
     pub(crate) stored: Vec<u8>,
 }
 
@@ -82,12 +84,14 @@ impl FrameWriter {
             return Ok(());
         };
         let raw = std::mem::replace(&mut self.raw.0, Vec::with_capacity(self.target_raw_bytes + 1024));
-        let raw_len = raw.len() as u32;
+        let raw_len = len_u32(raw.len(), "frame")?;
+        let stored = compress(raw, self.level)?;
         self.frames.push(EncFrame {
             first_key,
             count: std::mem::take(&mut self.count),
             raw_len,
-            stored: compress(raw, self.level)?,
+            stored_len: len_u32(stored.len(), "frame")?,
+            stored,
         });
         Ok(())
     }
@@ -136,7 +140,7 @@ pub(crate) fn write_frame_table(frames: &[EncFrame], out: &mut W) {
     for f in frames {
         out.bytes(&f.first_key);
         out.u32(f.count);
-        out.u32(f.stored.len() as u32);
+        out.u32(f.stored_len);
         out.u32(f.raw_len);
         out.u32(crc32c::crc32c(&f.stored));
     }

@@ -7,7 +7,7 @@ pub(crate) fn encode_header(h: &Header) -> Vec<u8> {
     let mut w = W::default();
     w.0.extend_from_slice(HEADER_MAGIC);
     w.u32(FORMAT_VERSION);
-    w.u32(HEADER_BYTES as u32);
+    w.u32(const { const_len_u32(HEADER_BYTES) });
     w.u64(h.counter);
     w.u64(h.btt.offset);
     w.u32(h.btt.size);
@@ -19,7 +19,7 @@ pub(crate) fn encode_header(h: &Header) -> Vec<u8> {
 }
 
 /// Decodes a header slot; `Ok(None)` when the slot does not hold a valid header (never written,
-/// torn, or zeroed), `Err(UnsupportedVersion)` when it is valid but too new.
+/// torn, or zeroed), `Err(UnsupportedVersion)` when it is valid but of another format version.
 pub(crate) fn decode_header(buf: &[u8]) -> Result<Option<Header>> {
     let Some(body) = buf.get(..HEADER_BYTES) else {
         return Ok(None);

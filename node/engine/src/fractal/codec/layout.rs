@@ -2,7 +2,8 @@
 
 use super::*;
 
-/// Format version written and read by this build.
+/// Format version written and read by this build: the only one (the format is frozen; blocks
+/// and headers of any other version are refused with `UnsupportedVersion`).
 pub(crate) const FORMAT_VERSION: u32 = 4;
 /// Bytes of each of the two header slots (at offsets 0 and `HEADER_SLOT_BYTES`).
 pub(crate) const HEADER_SLOT_BYTES: u64 = 4096;
@@ -18,8 +19,6 @@ pub(crate) const BTT_MAGIC: &[u8; 8] = b"FTKVBTT\0";
 /// Magic at the start of every node block.
 pub(crate) const NODE_MAGIC: &[u8; 8] = b"FTKVNODE";
 pub(crate) const RUN_MAGIC: &[u8; 8] = b"FTKVRUN\0";
-/// Bytes of a run block's header.
-pub(crate) const RUN_HEADER_BYTES: usize = 36;
 /// Bytes of the fixed part of a node header (before the partition table).
 pub(crate) const NODE_FIXED_HEADER_BYTES: usize = 40;
 pub(crate) const PARTITION_ENTRY_BYTES: usize = 16;

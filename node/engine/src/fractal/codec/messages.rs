@@ -1,4 +1,4 @@
-//! Messages and message buffers: upserts, point and range messages, whole buffers.
+//! Messages: upserts and range messages (point messages are in `runs.rs`).
 
 use super::*;
 
@@ -31,38 +31,6 @@ pub(crate) fn decode_upsert(r: &mut R<'_>) -> Result<UpsertOp, Detail> {
         4 => UpsertOp::Max(r.bytes()?),
         t => return Err(format!("unknown upsert op tag {t}")),
     })
-}
-
-pub(crate) fn encode_buffer(buf: &Buffer) -> Vec<u8> {
-    let msgs = buf.sorted_refs();
-    // Counted sizes exceed the encoding (per-message overhead 112 > 25 bytes of framing).
-    let mut w = W(Vec::with_capacity(buf.bytes() + 4));
-    w.u32(msgs.len() as u32);
-    for m in &msgs {
-        match m {
-            MsgRef::Point { msn, key, op } => {
-                w.u64(*msn);
-                match *op {
-                    PointOp::Put(v) => {
-                        w.u8(1);
-                        w.bytes(key);
-                        w.bytes(v);
-                    }
-                    PointOp::Delete => {
-                        w.u8(2);
-                        w.bytes(key);
-                    }
-                    PointOp::Upsert(u) => {
-                        w.u8(3);
-                        w.bytes(key);
-                        encode_upsert(&mut w, u);
-                    }
-                }
-            }
-            MsgRef::Range(r) => encode_range(&mut w, r),
-        }
-    }
-    w.0
 }
 
 /// Encodes a range message: u64 MSN, u8 tag (4 DeleteRange, 5 broadcast Upsert), start key,
@@ -100,43 +68,4 @@ pub(crate) fn decode_range_body(r: &mut R<'_>, msn: Msn, tag: u8) -> Result<Rang
         RangeOp::Upsert(decode_upsert(r)?)
     };
     Ok(RangeMsg { msn, start, end, op })
-}
-
-pub(crate) fn decode_buffer(raw: &[u8]) -> Result<Buffer, Detail> {
-    let mut r = R::new(raw);
-    let n = r.u32()?;
-    let mut buf = Buffer::new();
-    let mut last_msn = 0;
-    for _ in 0..n {
-        let msn = r.u64()?;
-        if msn <= last_msn && last_msn != 0 {
-            return Err(format!("buffer MSNs out of order ({msn} after {last_msn})"));
-        }
-        last_msn = msn;
-        let msg = match r.u8()? {
-            1 => Msg::Point {
-                msn,
-                key: r.bytes()?,
-                op: PointOp::Put(r.bytes()?),
-            },
-            2 => Msg::Point {
-                msn,
-                key: r.bytes()?,
-                op: PointOp::Delete,
-            },
-            3 => {
-                let key = r.bytes()?;
-                Msg::Point {
-                    msn,
-                    key,
-                    op: PointOp::Upsert(decode_upsert(&mut r)?),
-                }
-            }
-            t @ (4 | 5) => Msg::Range(decode_range_body(&mut r, msn, t)?),
-            t => return Err(format!("unknown message tag {t}")),
-        };
-        buf.push(msg);
-    }
-    r.done()?;
-    Ok(buf)
 }

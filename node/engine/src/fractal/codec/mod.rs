@@ -5,11 +5,9 @@
 use std::cell::RefCell;
 
 use super::filter::KeyFilter;
-use super::msg::{
-    count_at_or_below, key_prefix, Buffer, Msg, MsgRef, Msn, PointOp, RangeMsg, RangeOp, RunRef,
-};
+use super::msg::{count_at_or_below, key_prefix, Buffer, Msg, Msn, PointOp, RangeMsg, RangeOp, RunRef};
 
-use super::limits::len_u32;
+use super::limits::{const_len_u32, inner_len_u32, len_u32};
 use super::node::{Basement, BasementBuilder, Internal, Leaf, Node, NodeId};
 use crate::ops::UpsertOp;
 use crate::{EngineError, Result};

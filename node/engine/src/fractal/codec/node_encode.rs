@@ -6,86 +6,72 @@ use super::*;
 /// crc32c-checked partition for the pivots/children and one per buffer or basement. Leaves are
 /// compressed at `level`, internal nodes at [`transient_level`] of it.
 pub(crate) fn encode_node(id: NodeId, node: &Node, level: Option<i32>) -> Result<Vec<u8>> {
-    encode_node_as(id, node, level, FORMAT_VERSION)
+    match node {
+        Node::Internal(n) => encode_internal(id, n, transient_level(level)),
+        Node::Leaf(l) => encode_leaf(id, l, level),
+    }
 }
 
-/// [`encode_node`] as format `version` wrote it (3 or 4; tests write old blocks with it).
-pub(crate) fn encode_node_as(id: NodeId, node: &Node, level: Option<i32>, version: u32) -> Result<Vec<u8>> {
-    debug_assert!(
-        matches!(version, 3 | 4),
-        "encode_node_as writes formats 3 and 4 only"
-    );
+/// An internal node: partition 0 holds the pivots, the children, per child whether its buffer
+/// holds range messages, a key filter over its point messages (so a point read can skip the
+/// buffer), its spilled runs, its range messages and the frame table of its point messages;
+/// each buffer partition holds those frames, so a point read decompresses one frame of one
+/// buffer.
+fn encode_internal(id: NodeId, n: &Internal, level: Option<i32>) -> Result<Vec<u8>> {
     let mut info = W::default();
-    let mut parts: Vec<Vec<u8>> = Vec::new();
-    let (kind, height) = match node {
-        Node::Internal(n) => {
-            info.u32(len_u32(n.children.len(), "children")?);
-            for p in &n.pivots {
-                info.bytes(p);
-            }
-            for c in &n.children {
-                info.u64(*c);
-            }
-            // Format 2: per child, whether its buffer holds range messages and a key filter
-            // over its point messages, so a point read can skip the buffer partition.
-            for b in &n.buffers {
-                info.u8(u8::from(!b.range_msgs().is_empty()));
-                KeyFilter::build(b.point_hashes().into_iter()).encode(&mut info.0);
-                info.u32(len_u32(b.spilled().len(), "spilled runs")?);
-                for r in b.spilled() {
-                    info.u64(r.id);
-                    info.u32(r.msgs);
-                    info.u64(r.bytes);
-                    info.bytes(&r.min_key);
-                    info.bytes(&r.max_key);
-                    r.filter.encode(&mut info.0);
-                }
-            }
-            if version < 4 {
-                parts.extend(n.buffers.iter().map(encode_buffer));
-            } else {
-                // Format 4: per child, its range messages and the frame table of its point
-                // messages follow in partition 0; the buffer partition holds the frames, so a
-                // point read decompresses one frame of one buffer.
-                let level = transient_level(level);
-                let mut stored = vec![(Vec::new(), 0u32)];
-                for b in &n.buffers {
-                    stored.push(encode_buffer_frames(b, level, &mut info)?);
-                }
-                let info_raw = std::mem::take(&mut info.0);
-                let info_len = len_u32(info_raw.len(), "partition 0")?;
-                stored[0] = (compress(info_raw, level)?, info_len);
-                return assemble_node(version, id, 1, n.height, level, stored);
-            }
-            (1u8, n.height)
-        }
-        Node::Leaf(l) => {
-            info.u32(len_u32(l.basements.len(), "basements")?);
-            for p in &l.pivots {
-                info.bytes(p);
-            }
-            // Format 3: each basement is stored as frames of about BASEMENT_FRAME_RAW_BYTES,
-            // compressed one by one, with the frame table in partition 0 so a point read
-            // decompresses one frame.
-            let mut framed = Vec::with_capacity(l.basements.len());
-            for b in &l.basements {
-                framed.push(encode_basement_frames(b, level, &mut info)?);
-            }
-            let info_raw = std::mem::take(&mut info.0);
-            let info_len = len_u32(info_raw.len(), "partition 0")?;
-            let mut stored = vec![(compress(info_raw, level)?, info_len)];
-            stored.extend(framed);
-            return assemble_node(version, id, 0, 0, level, stored);
-        }
-    };
-    parts.insert(0, info.0);
-    let level = transient_level(level);
-    let mut stored: Vec<(Vec<u8>, u32)> = Vec::with_capacity(parts.len());
-    for p in parts {
-        let raw_len = len_u32(p.len(), "partition")?;
-        stored.push((compress(p, level)?, raw_len));
+    info.u32(len_u32(n.children.len(), "children")?);
+    for p in &n.pivots {
+        info.bytes(p);
     }
-    assemble_node(version, id, kind, height, level, stored)
+    for c in &n.children {
+        info.u64(*c);
+    }
+    for b in &n.buffers {
+        info.u8(u8::from(!b.range_msgs().is_empty()));
+        KeyFilter::build(b.point_hashes().into_iter()).encode(&mut info.0);
+        info.u32(len_u32(b.spilled().len(), "spilled runs")?);
+        for r in b.spilled() {
+            info.u64(r.id);
+            info.u32(r.msgs);
+            info.u64(r.bytes);
+            info.bytes(&r.min_key);
+            info.bytes(&r.max_key);
+            r.filter.encode(&mut info.0);
+        }
+    }
+    let mut buffers = Vec::with_capacity(n.buffers.len());
+    for b in &n.buffers {
+        buffers.push(encode_buffer_frames(b, level, &mut info)?);
+    }
+    let mut stored = Vec::with_capacity(1 + buffers.len());
+    stored.push(compress_partition(info.0, level, "partition 0")?);
+    stored.extend(buffers);
+    assemble_node(FORMAT_VERSION, id, 1, n.height, level, stored)
+}
+
+/// A leaf: partition 0 holds the basement pivots and each basement's frame table; each
+/// basement is stored as frames of about `BASEMENT_FRAME_RAW_BYTES`, compressed one by one, so
+/// a point read decompresses one frame.
+fn encode_leaf(id: NodeId, l: &Leaf, level: Option<i32>) -> Result<Vec<u8>> {
+    let mut info = W::default();
+    info.u32(len_u32(l.basements.len(), "basements")?);
+    for p in &l.pivots {
+        info.bytes(p);
+    }
+    let mut framed = Vec::with_capacity(l.basements.len());
+    for b in &l.basements {
+        framed.push(encode_basement_frames(b, level, &mut info)?);
+    }
+    let mut stored = Vec::with_capacity(1 + framed.len());
+    stored.push(compress_partition(info.0, level, "partition 0")?);
+    stored.extend(framed);
+    assemble_node(FORMAT_VERSION, id, 0, 0, level, stored)
+}
+
+/// A raw partition compressed at `level`, with its raw length (`what` names it in the error).
+fn compress_partition(raw: Vec<u8>, level: Option<i32>, what: &str) -> Result<(Vec<u8>, u32)> {
+    let raw_len = len_u32(raw.len(), what)?;
+    Ok((compress(raw, level)?, raw_len))
 }
 
 /// Lays out a node block: the fixed header, the partition table (offset, stored length, raw

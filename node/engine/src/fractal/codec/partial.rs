@@ -18,8 +18,6 @@ pub(crate) struct PartEntry {
 /// A node's header: what a partial read needs to locate one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NodeIndex {
-    /// Format version of the block (leaf basements are framed from version 3).
-    pub(crate) version: u32,
     /// 0 for leaves.
     pub(crate) height: u32,
     /// Partitions are zstd-compressed.
@@ -83,10 +81,9 @@ pub(crate) fn decode_node_index(
     let body = verify_trailing_crc(header, location)?;
     let mut r = R::new(body);
     let res = (|| -> Result<Result<NodeIndex>, Detail> {
-        let version = match read_prelude(&mut r, NODE_MAGIC, "node")? {
-            Ok(v) => v,
-            Err(e) => return Ok(Err(e)),
-        };
+        if let Err(e) = read_prelude(&mut r, NODE_MAGIC, "node")? {
+            return Ok(Err(e));
+        }
         let id = r.u64()?;
         if id != expect_id {
             return Err(format!("block holds node {id}, expected {expect_id}"));
@@ -108,7 +105,6 @@ pub(crate) fn decode_node_index(
         }
         r.done()?;
         Ok(Ok(NodeIndex {
-            version,
             height,
             compressed,
             parts,
@@ -139,7 +135,7 @@ pub(crate) fn decode_partition(
     Ok(raw)
 }
 
-/// One frame of a basement (format 3), from its leaf's partition 0.
+/// One frame of a basement, from its leaf's partition 0.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LeafFrame {
     /// Key of the frame's first entry.
@@ -156,7 +152,7 @@ pub(crate) struct LeafFrame {
     pub(crate) crc: u32,
 }
 
-/// The frame table of one basement (format 3).
+/// The frame table of one basement.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct BasementFrames {
     /// The basement's applied MSN.
@@ -192,7 +188,7 @@ impl BasementFrames {
     }
 }
 
-/// Reads the `n` basements' frame tables from a format-3 leaf's partition 0.
+/// Reads the `n` basements' frame tables from a leaf's partition 0.
 pub(crate) fn read_frame_tables(r: &mut R<'_>, n: usize) -> Result<Vec<BasementFrames>, Detail> {
     let mut out = Vec::with_capacity(n);
     for b in 0..n {
@@ -233,19 +229,19 @@ pub(crate) fn read_frame_tables(r: &mut R<'_>, n: usize) -> Result<Vec<BasementF
 }
 
 /// The raw bytes of frame number `n` (for messages) stored at `data[at..]`: `(stored, raw)`
-/// lengths from its index, checked against `crc` when given, decompressed when `compressed`.
+/// lengths from its index, checked against `crc`, decompressed when `compressed`.
 pub(crate) fn unpack_frame(
     data: &[u8],
     at: usize,
     (stored_len, raw_len): (u32, u32),
-    crc: Option<u32>,
+    crc: u32,
     compressed: bool,
     n: usize,
 ) -> Result<Vec<u8>, Detail> {
     let stored = data
         .get(at..at.saturating_add(stored_len as usize))
         .ok_or_else(|| format!("frame {n} truncated"))?;
-    if crc.is_some_and(|c| crc32c::crc32c(stored) != c) {
+    if crc32c::crc32c(stored) != crc {
         return Err(format!("frame {n} crc32c mismatch"));
     }
     let raw = if compressed {
@@ -307,7 +303,7 @@ pub(crate) fn decode_frames(
             data,
             at,
             (f.stored_len, f.raw_len),
-            Some(f.crc),
+            f.crc,
             compressed,
             range.start + i,
         )?;
@@ -320,19 +316,18 @@ pub(crate) fn decode_frames(
     Ok(out.finish(bf.max_msn))
 }
 
-/// A leaf's partition 0: the basement pivots and, from format 3, each basement's frame table.
+/// A leaf's partition 0: the basement pivots and each basement's frame table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LeafInfo {
     /// Pivots between the basements.
     pub(crate) pivots: Vec<Vec<u8>>,
-    /// Frame tables, one per basement (`None` before format 3: a basement is read whole).
-    pub(crate) frames: Option<Vec<BasementFrames>>,
+    /// Frame tables, one per basement.
+    pub(crate) frames: Vec<BasementFrames>,
 }
 
 /// The skeleton of a leaf block (its partition table and partition 0: basement pivots and frame
 /// tables), parsed from the whole encoded block `block` of node `id`; `Ok(None)` for an internal
-/// node or a leaf before format 3 (whose basements are not framed). Checks the header and
-/// partition 0 crcs.
+/// node. Checks the header and partition 0 crcs.
 pub(crate) fn decode_leaf_skeleton(
     block: &[u8],
     id: NodeId,
@@ -346,23 +341,21 @@ pub(crate) fn decode_leaf_skeleton(
         .get(..header_len)
         .ok_or_else(|| corruption(location, "truncated node header"))?;
     let index = decode_node_index(header, id, location)?;
-    if index.height != 0 || index.version < 3 || index.parts.len() < 2 {
+    let (Some(&p0), true) = (index.parts.first(), index.height == 0 && index.parts.len() >= 2) else {
         return Ok(None);
-    }
-    let p0 = index.parts[0];
+    };
     let data = block
         .get(p0.offset as usize..(p0.offset as usize).saturating_add(p0.len as usize))
         .ok_or_else(|| corruption(location, "partition 0 out of bounds"))?;
     let raw = decode_partition(data, &p0, index.compressed, location)?;
-    let info = decode_leaf_info(&raw, index.parts.len() - 1, index.version, location)?;
+    let info = decode_leaf_info(&raw, index.parts.len() - 1, location)?;
     Ok(Some((index, info)))
 }
 
-/// Decodes a leaf's partition 0 (`basements` data partitions, block format `version`).
+/// Decodes a leaf's partition 0 (`basements` data partitions).
 pub(crate) fn decode_leaf_info(
     raw: &[u8],
     basements: usize,
-    version: u32,
     location: &(impl std::fmt::Display + ?Sized),
 ) -> Result<LeafInfo> {
     let mut r = R::new(raw);
@@ -375,18 +368,14 @@ pub(crate) fn decode_leaf_info(
         for _ in 1..n {
             pivots.push(r.bytes()?);
         }
-        let frames = if version >= 3 {
-            Some(read_frame_tables(&mut r, n)?)
-        } else {
-            None
-        };
+        let frames = read_frame_tables(&mut r, n)?;
         r.done()?;
         Ok(LeafInfo { pivots, frames })
     })();
     res.map_err(|d| corruption(location, d))
 }
 
-/// Decodes frame `frame` of a basement from its stored bytes `data` (format 3): a basement
+/// Decodes frame `frame` of a basement from its stored bytes `data`: a basement
 /// holding that frame's entries, with the whole basement's applied MSN.
 pub(crate) fn decode_basement_frame(
     data: &[u8],
@@ -414,7 +403,7 @@ pub(crate) fn lookup_in_frame(
 ) -> Result<Option<Vec<u8>>> {
     let scan = || -> Result<Option<Vec<u8>>, Detail> {
         let f = bf.frames.get(frame).ok_or("frame out of range")?;
-        let raw = unpack_frame(data, 0, (f.stored_len, f.raw_len), Some(f.crc), compressed, frame)?;
+        let raw = unpack_frame(data, 0, (f.stored_len, f.raw_len), f.crc, compressed, frame)?;
         let mut found = None;
         for_each_frame_entry(&raw, f, frame, |k, v| {
             if k == key {
@@ -424,12 +413,4 @@ pub(crate) fn lookup_in_frame(
         Ok(found)
     };
     scan().map_err(|d| corruption(location, d))
-}
-
-/// One whole basement partition of a leaf written before format 3.
-pub(crate) fn decode_basement_partition(
-    raw: &[u8],
-    location: &(impl std::fmt::Display + ?Sized),
-) -> Result<Basement> {
-    decode_basement(raw).map_err(|d| corruption(location, d))
 }

@@ -15,8 +15,9 @@ impl W {
     pub(crate) fn u64(&mut self, v: u64) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
+    /// A length-prefixed byte string (see [`inner_len_u32`] for why this cannot fail).
     pub(crate) fn bytes(&mut self, b: &[u8]) {
-        self.u32(b.len() as u32);
+        self.u32(inner_len_u32(b.len()));
         self.0.extend_from_slice(b);
     }
 }
@@ -41,18 +42,20 @@ impl<'a> R<'a> {
         self.pos = end;
         Ok(s)
     }
+    /// The next `N` bytes as an array.
+    pub(crate) fn array<const N: usize>(&mut self) -> Result<[u8; N], Detail> {
+        let s = self.take(N)?;
+        s.try_into()
+            .map_err(|_| format!("took {} bytes, wanted {N}", s.len()))
+    }
     pub(crate) fn u8(&mut self) -> Result<u8, Detail> {
-        Ok(self.take(1)?[0])
+        Ok(u8::from_le_bytes(self.array()?))
     }
     pub(crate) fn u32(&mut self) -> Result<u32, Detail> {
-        let mut a = [0u8; 4];
-        a.copy_from_slice(self.take(4)?);
-        Ok(u32::from_le_bytes(a))
+        Ok(u32::from_le_bytes(self.array()?))
     }
     pub(crate) fn u64(&mut self) -> Result<u64, Detail> {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(self.take(8)?);
-        Ok(u64::from_le_bytes(a))
+        Ok(u64::from_le_bytes(self.array()?))
     }
     pub(crate) fn bytes(&mut self) -> Result<Vec<u8>, Detail> {
         Ok(self.slice()?.to_vec())
@@ -103,18 +106,19 @@ pub(crate) fn verify_trailing_crc<'a>(
 }
 
 /// The one magic-and-version check every record starts with: reads the 8-byte `magic` and the
-/// u32 format version. A different magic is a corruption (`bad {what} magic`); a version newer
-/// than [`FORMAT_VERSION`] is `Ok(Err(UnsupportedVersion))`, which callers return as it is.
-pub(crate) fn read_prelude(r: &mut R<'_>, magic: &[u8; 8], what: &str) -> Result<Result<u32>, Detail> {
+/// u32 format version. A different magic is a corruption (`bad {what} magic`); any version but
+/// [`FORMAT_VERSION`] (older ones included: the format is frozen and older files are not read)
+/// is `Ok(Err(UnsupportedVersion))`, which callers return as it is.
+pub(crate) fn read_prelude(r: &mut R<'_>, magic: &[u8; 8], what: &str) -> Result<Result<()>, Detail> {
     if r.take(8)? != magic {
         return Err(format!("bad {what} magic"));
     }
     let version = r.u32()?;
-    if version > FORMAT_VERSION {
+    if version != FORMAT_VERSION {
         return Ok(Err(EngineError::UnsupportedVersion {
             found: version,
             supported: FORMAT_VERSION,
         }));
     }
-    Ok(Ok(version))
+    Ok(Ok(()))
 }

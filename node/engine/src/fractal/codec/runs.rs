@@ -3,7 +3,7 @@
 use super::*;
 pub(crate) use crate::fractal::limits::RUN_FRAME_RAW_BYTES;
 
-/// Fixed header bytes of a format-3 run block.
+/// Fixed header bytes of a run block.
 pub(crate) const RUN_FIXED_HEADER_BYTES: usize = 40;
 
 /// Encodes one message of a run payload.
@@ -39,35 +39,7 @@ pub(crate) fn encode_point(p: &mut W, msn: Msn, key: &[u8], op: &PointOp) {
     }
 }
 
-/// Encodes a run as format 2 wrote it (36-byte header, one payload, zstd level 1 when
-/// `compressed`), for compatibility tests.
-#[cfg(test)]
-pub(crate) fn encode_run_v2(id: u64, msgs: &[Msg], compressed: bool) -> Vec<u8> {
-    let mut p = W::default();
-    for m in msgs {
-        encode_run_msg(&mut p, m).expect("point messages");
-    }
-    let raw_len = p.0.len() as u32;
-    let payload = if compressed {
-        zstd::bulk::compress(&p.0, 1).expect("zstd")
-    } else {
-        p.0
-    };
-    let mut w = W::default();
-    w.0.extend_from_slice(RUN_MAGIC);
-    w.u32(2);
-    w.u64(id);
-    w.u8(u8::from(compressed));
-    w.0.extend_from_slice(&[0, 0, 0]);
-    w.u32(raw_len);
-    w.u32(msgs.len() as u32);
-    let crc = crc32c::crc32c(&w.0);
-    w.u32(crc);
-    w.0.extend_from_slice(&payload);
-    w.0
-}
-
-/// Encodes a spilled run (point messages sorted by (key, MSN)), format 3: a 40-byte fixed
+/// Encodes a spilled run (point messages sorted by (key, MSN)): a 40-byte fixed
 /// header (magic `FTKVRUN\0`, u32 version, u64 run id, u8 compressed, 3 zero bytes, u32 frame
 /// count, u32 message count, u32 frame index length, u32 crc32c of the 36 bytes before), the
 /// frame index (per frame: first key, u32 messages, u32 stored length, u32 raw length, u32
@@ -133,13 +105,11 @@ pub(crate) struct RunFrame {
 /// A run block's fixed header and frame index: enough to read any one frame alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RunIndex {
-    /// Format version of the block (frames carry crcs and first keys from version 3).
-    pub(crate) version: u32,
     /// Frames are zstd-compressed.
     pub(crate) compressed: bool,
     /// Messages in the run.
     pub(crate) msgs: u32,
-    /// Frames in key order (a version-2 run has one frame without a first key).
+    /// Frames in key order.
     pub(crate) frames: Vec<RunFrame>,
 }
 
@@ -164,65 +134,43 @@ impl RunIndex {
     }
 }
 
-/// Parses a run block's fixed header (the first [`RUN_FIXED_HEADER_BYTES`] bytes): returns the
-/// length of the frame index that follows (0 for a version-2 run, whose payload follows a
-/// 36-byte header as one frame).
+/// Parses a run block's fixed header (the first [`RUN_FIXED_HEADER_BYTES`] bytes): checks its
+/// magic, version, crc32c and id; returns the length of the frame index that follows.
 pub(crate) fn run_index_len(
     fixed: &[u8],
     expect_id: u64,
     location: &(impl std::fmt::Display + ?Sized),
 ) -> Result<usize> {
-    let (version, index_len) = run_fixed_header(fixed, expect_id, location)?;
-    Ok(if version >= 3 { index_len } else { 0 })
-}
-
-/// Checks the fixed header; returns (version, index length or, before version 3, raw length).
-pub(crate) fn run_fixed_header(
-    buf: &[u8],
-    expect_id: u64,
-    location: &(impl std::fmt::Display + ?Sized),
-) -> Result<(u32, usize)> {
-    let res = (|| -> Result<Result<(u32, usize)>, Detail> {
-        let mut r = R::new(buf);
-        let version = match read_prelude(&mut r, RUN_MAGIC, "run")? {
-            Ok(v) => v,
-            Err(e) => return Ok(Err(e)),
-        };
+    let res = (|| -> Result<Result<usize>, Detail> {
+        let mut r = R::new(fixed);
+        if let Err(e) = read_prelude(&mut r, RUN_MAGIC, "run")? {
+            return Ok(Err(e));
+        }
         let id = r.u64()?;
-        r.take(4)?;
-        let a = r.u32()?;
-        let _count = r.u32()?;
-        let header_bytes = if version >= 3 {
-            RUN_FIXED_HEADER_BYTES
-        } else {
-            RUN_HEADER_BYTES
-        };
-        let third = if version >= 3 { r.u32()? } else { 0 };
+        // compression, padding, frame count, message count
+        r.take(12)?;
+        let index_len = r.u32()?;
         let crc = r.u32()?;
-        if crc32c::crc32c(buf.get(..header_bytes - 4).unwrap_or_default()) != crc {
+        if crc32c::crc32c(fixed.get(..RUN_FIXED_HEADER_BYTES - 4).unwrap_or_default()) != crc {
             return Err("run header crc32c mismatch".into());
         }
         if id != expect_id {
             return Err(format!("block holds run {id}, expected {expect_id}"));
         }
-        Ok(Ok((
-            version,
-            if version >= 3 { third as usize } else { a as usize },
-        )))
+        Ok(Ok(index_len as usize))
     })();
     res.map_err(|d| corruption(location, d))?
 }
 
 /// Decodes a run block's header and frame index from the block's first bytes (at least the
-/// fixed header plus [`run_index_len`]; for a version-2 run, the fixed header and the block's
-/// total length `block_len`).
+/// fixed header plus [`run_index_len`]); `block_len` is the whole block's length.
 pub(crate) fn decode_run_index(
     head: &[u8],
     block_len: u64,
     expect_id: u64,
     location: &(impl std::fmt::Display + ?Sized),
 ) -> Result<RunIndex> {
-    let (version, len) = run_fixed_header(head, expect_id, location)?;
+    let len = run_index_len(head, expect_id, location)?;
     let res = (|| -> Result<RunIndex, Detail> {
         let mut r = R::new(head);
         r.take(20)?;
@@ -232,39 +180,15 @@ pub(crate) fn decode_run_index(
             c => return Err(format!("unknown run compression {c}")),
         };
         r.take(3)?;
-        if version < 3 {
-            let raw_len = r.u32()?;
-            let msgs = r.u32()?;
-            let stored = block_len
-                .checked_sub(RUN_HEADER_BYTES as u64)
-                .ok_or("run block shorter than its header")?;
-            return Ok(RunIndex {
-                version,
-                compressed,
-                msgs,
-                frames: vec![RunFrame {
-                    first_key: Vec::new(),
-                    msgs,
-                    offset: RUN_HEADER_BYTES as u64,
-                    stored_len: u32::try_from(stored).map_err(|_| "run too long")?,
-                    raw_len,
-                    // Checked against the BTT crc of the whole block instead.
-                    crc: 0,
-                }],
-            });
-        }
         let nframes = r.u32()? as usize;
         let msgs = r.u32()?;
         r.take(8)?;
-        let body = head
+        let (body, crc) = head
             .get(RUN_FIXED_HEADER_BYTES..RUN_FIXED_HEADER_BYTES + len)
-            .ok_or("run frame index truncated")?;
-        let body = body
-            .get(..len.saturating_sub(4))
+            .ok_or("run frame index truncated")?
+            .split_last_chunk::<4>()
             .ok_or("run frame index too short")?;
-        let mut c = [0u8; 4];
-        c.copy_from_slice(&head[RUN_FIXED_HEADER_BYTES + len - 4..RUN_FIXED_HEADER_BYTES + len]);
-        if crc32c::crc32c(body) != u32::from_le_bytes(c) {
+        if crc32c::crc32c(body) != u32::from_le_bytes(*crc) {
             return Err("run frame index crc32c mismatch".into());
         }
         let mut ir = R::new(body);
@@ -280,7 +204,6 @@ pub(crate) fn decode_run_index(
             return Err(format!("run frames end at {offset}, block is {block_len} bytes"));
         }
         Ok(RunIndex {
-            version,
             compressed,
             msgs,
             frames,
@@ -289,7 +212,7 @@ pub(crate) fn decode_run_index(
     res.map_err(|d| corruption(location, d))
 }
 
-/// Frames of a run or format-4 buffer from their table rows, the first stored at `offset`:
+/// Frames of a run or buffer from their table rows, the first stored at `offset`:
 /// returns them, the messages they hold and the offset after the last.
 pub(crate) fn run_frames_from_rows(rows: Vec<FrameRow>, mut offset: u64) -> (Vec<RunFrame>, u64, u64) {
     let mut total = 0u64;
@@ -314,7 +237,7 @@ pub(crate) fn run_frames_from_rows(rows: Vec<FrameRow>, mut offset: u64) -> (Vec
 
 /// Decodes frames `frames` of a run whose stored bytes are `data` (starting at the first of
 /// them, contiguous): the messages with keys in `[lo, hi)`, stopping at the first key at or
-/// past `hi`. Each frame's crc32c (format 3), length, and the (key, MSN) order of every message
+/// past `hi`. Each frame's crc32c, length, and the (key, MSN) order of every message
 /// visited are checked.
 pub(crate) fn decode_run_frames(
     data: &[u8],
@@ -328,7 +251,7 @@ pub(crate) fn decode_run_frames(
     decode_msg_frames(data, index, frames, lo, hi, out).map_err(|d| corruption(location, d))
 }
 
-/// [`decode_run_frames`] with the problem as a detail (runs and format-4 buffers).
+/// [`decode_run_frames`] with the problem as a detail (runs and buffers).
 pub(crate) fn decode_msg_frames(
     data: &[u8],
     index: &RunIndex,
@@ -342,15 +265,17 @@ pub(crate) fn decode_msg_frames(
     };
     let base = first.offset;
     let mut prev: Option<(Vec<u8>, Msn)> = None;
-    for (i, f) in index.frames[frames.clone()].iter().enumerate() {
+    let visited = index
+        .frames
+        .get(frames.clone())
+        .ok_or("frame range out of the run's index")?;
+    for (i, f) in visited.iter().enumerate() {
         let at = (f.offset - base) as usize;
-        // A version-2 run is one frame checked by the BTT crc of the whole block.
-        let crc = (index.version >= 3).then_some(f.crc);
         let raw = unpack_frame(
             data,
             at,
             (f.stored_len, f.raw_len),
-            crc,
+            f.crc,
             index.compressed,
             frames.start + i,
         )?;
@@ -367,7 +292,7 @@ pub(crate) fn decode_msg_frames(
                     frames.start + i
                 ));
             }
-            if j == 0 && index.version >= 3 && key != f.first_key.as_slice() {
+            if j == 0 && key != f.first_key.as_slice() {
                 return Err(format!(
                     "frame {} starts at another key than its index",
                     frames.start + i

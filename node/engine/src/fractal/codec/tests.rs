@@ -183,28 +183,6 @@ fn framed_runs_read_one_key_from_its_frame() {
     }
 }
 
-/// A version-2 run (one payload after a 36-byte header), as files written before framed
-/// runs hold them, still decodes whole and by key.
-#[test]
-fn version_2_runs_still_decode() {
-    let msgs = run_msgs();
-    let enc = encode_run_v2(7, &msgs, true);
-    assert_eq!(decode_run_range(&enc, 7, "t", &[], None).unwrap(), msgs);
-    assert_eq!(run_index_len(&enc[..RUN_FIXED_HEADER_BYTES], 7, "t").unwrap(), 0);
-    let index = decode_run_index(&enc[..RUN_FIXED_HEADER_BYTES], enc.len() as u64, 7, "t").unwrap();
-    assert_eq!(index.frames.len(), 1);
-    let key = b"key00200".to_vec();
-    let want: Vec<Msg> = msgs
-        .iter()
-        .filter(|m| key_of(m) == key.as_slice())
-        .cloned()
-        .collect();
-    assert_eq!(
-        decode_run_range(&enc, 7, "t", &key, Some(b"key00200\0")).unwrap(),
-        want
-    );
-}
-
 fn big_leaf() -> Leaf {
     let entries: Vec<(Vec<u8>, Vec<u8>)> = (0..3000u32)
         .map(|i| {
@@ -227,12 +205,11 @@ fn framed_leaves_read_one_frame_per_key() {
         assert_eq!(decode_node(&enc, 9, "t").unwrap(), node);
         let hlen = node_header_len(&enc[..NODE_FIXED_HEADER_BYTES], "t").unwrap();
         let index = decode_node_index(&enc[..hlen], 9, "t").unwrap();
-        assert_eq!(index.version, FORMAT_VERSION);
         let p0 = index.parts[0];
         let raw = stored_partition(&enc, &p0, index.compressed);
-        let info = decode_leaf_info(&raw, index.parts.len() - 1, index.version, "t").unwrap();
+        let info = decode_leaf_info(&raw, index.parts.len() - 1, "t").unwrap();
         assert_eq!(info.pivots, leaf.pivots);
-        let tables = info.frames.unwrap();
+        let tables = info.frames;
         for (bi, b) in leaf.basements.iter().enumerate() {
             let bf = &tables[bi];
             assert_eq!(bf.entries as usize, b.len());
@@ -330,10 +307,9 @@ fn framed_buffers_read_one_frame_per_key() {
         assert_eq!(decode_node(&enc, 3, "t").unwrap(), node);
         let hlen = node_header_len(&enc[..NODE_FIXED_HEADER_BYTES], "t").unwrap();
         let index = decode_node_index(&enc[..hlen], 3, "t").unwrap();
-        assert_eq!(index.version, 4);
         let raw = stored_partition(&enc, &index.parts[0], index.compressed);
-        let info = decode_internal_info(&raw, 3, index.version, index.compressed, "t").unwrap();
-        let tables = info.tables.expect("format 4 has buffer tables");
+        let info = decode_internal_info(&raw, 3, index.compressed, "t").unwrap();
+        let tables = info.tables;
         assert_eq!(tables[1].ranges.len(), 1);
         for (c, b) in internal.buffers.iter().enumerate() {
             let t = &tables[c];
@@ -377,52 +353,86 @@ fn framed_buffers_read_one_frame_per_key() {
     }
 }
 
-/// Internal nodes written by format 3 (buffers in MSN order, one piece each) still decode,
-/// whole and through partition 0.
-#[test]
-fn version_3_internal_nodes_still_decode() {
-    let node = Node::Internal(big_internal());
-    let enc = encode_node_as(8, &node, Some(1), 3).unwrap();
-    assert_eq!(decode_node(&enc, 8, "t").unwrap(), node);
-    let hlen = node_header_len(&enc[..NODE_FIXED_HEADER_BYTES], "t").unwrap();
-    let index = decode_node_index(&enc[..hlen], 8, "t").unwrap();
-    assert_eq!(index.version, 3);
-    let raw = stored_partition(&enc, &index.parts[0], index.compressed);
-    let info = decode_internal_info(&raw, 3, index.version, index.compressed, "t").unwrap();
-    assert!(info.tables.is_none());
-    let raw = stored_partition(&enc, &index.parts[2], index.compressed);
-    let Node::Internal(n) = &node else { unreachable!() };
-    assert_eq!(decode_buffer_partition(&raw, "t").unwrap(), n.buffers[1]);
+/// `enc` with its u32 format version (bytes 8..12 of every record) set to `version` and the
+/// checksum over the bytes `crc_over` (stored right after them) recomputed: a well-formed
+/// record of another version.
+fn with_version(mut enc: Vec<u8>, version: u32, crc_over: std::ops::Range<usize>) -> Vec<u8> {
+    enc[8..12].copy_from_slice(&version.to_le_bytes());
+    let crc = crc32c::crc32c(&enc[crc_over.clone()]);
+    enc[crc_over.end..crc_over.end + 4].copy_from_slice(&crc.to_le_bytes());
+    enc
 }
 
-/// Leaves written before format 3 (one piece per basement) still decode, whole and by
-/// basement.
+fn is_unsupported<T: std::fmt::Debug>(r: Result<T>, found: u32) -> bool {
+    matches!(r, Err(EngineError::UnsupportedVersion { found: f, supported: FORMAT_VERSION }) if f == found)
+}
+
+/// The format is frozen: headers, BTT blocks, node blocks and runs of any version but the
+/// current one (older formats 1 to 3 included, which earlier builds wrote) are refused with
+/// `UnsupportedVersion`, with valid checksums, never read as data or reported as damage.
 #[test]
-fn version_2_leaves_still_decode() {
-    let leaf = big_leaf();
-    let mut info = W::default();
-    info.u32(leaf.basements.len() as u32);
-    for p in &leaf.pivots {
-        info.bytes(p);
+fn other_format_versions_are_refused() {
+    for version in [1, 2, 3, FORMAT_VERSION + 1] {
+        let h = Header {
+            counter: 3,
+            btt: BlockLoc {
+                offset: 8192,
+                size: 100,
+                crc: 7,
+            },
+        };
+        let header = with_version(encode_header(&h), version, 0..HEADER_BYTES - 4);
+        assert!(
+            is_unsupported(decode_header(&header), version),
+            "header v{version}"
+        );
+
+        let btt = encode_btt(&BttImage {
+            counter: 3,
+            root: 1,
+            next_msn: 10,
+            next_node_id: 4,
+            meta: None,
+            entries: Vec::new(),
+        });
+        let n = btt.len();
+        let btt = with_version(btt, version, 0..n - 4);
+        assert!(is_unsupported(decode_btt(&btt, "t"), version), "BTT v{version}");
+
+        for (id, node) in [(4, Node::Leaf(big_leaf())), (8, Node::Internal(big_internal()))] {
+            let enc = encode_node(id, &node, Some(1)).unwrap();
+            let hlen = node_header_len(&enc[..NODE_FIXED_HEADER_BYTES], "t").unwrap();
+            let enc = with_version(enc, version, 0..hlen - 4);
+            assert!(
+                is_unsupported(decode_node(&enc, id, "t"), version),
+                "node v{version}"
+            );
+            assert!(
+                is_unsupported(decode_node_index(&enc[..hlen], id, "t"), version),
+                "node index v{version}"
+            );
+            assert!(
+                is_unsupported(decode_leaf_skeleton(&enc, id, "t"), version),
+                "skeleton v{version}"
+            );
+        }
+
+        let run = with_version(
+            encode_run(7, &run_msgs(), Some(1)).unwrap(),
+            version,
+            0..RUN_FIXED_HEADER_BYTES - 4,
+        );
+        assert!(
+            is_unsupported(run_index_len(&run[..RUN_FIXED_HEADER_BYTES], 7, "t"), version),
+            "run header v{version}"
+        );
+        assert!(
+            is_unsupported(decode_run_range(&run, 7, "t", &[], None), version),
+            "run v{version}"
+        );
     }
-    let mut stored = Vec::new();
-    let info_len = info.0.len() as u32;
-    stored.push((compress(info.0, Some(1)).unwrap(), info_len));
-    for b in &leaf.basements {
-        let raw = encode_basement(b);
-        let raw_len = raw.len() as u32;
-        stored.push((compress(raw, Some(1)).unwrap(), raw_len));
-    }
-    let enc = assemble_node(2, 4, 0, 0, Some(1), stored).unwrap();
-    assert_eq!(decode_node(&enc, 4, "t").unwrap(), Node::Leaf(leaf.clone()));
-    let hlen = node_header_len(&enc[..NODE_FIXED_HEADER_BYTES], "t").unwrap();
-    let index = decode_node_index(&enc[..hlen], 4, "t").unwrap();
-    assert_eq!(index.version, 2);
-    let p0 = index.parts[0];
-    let raw = stored_partition(&enc, &p0, true);
-    let info = decode_leaf_info(&raw, index.parts.len() - 1, 2, "t").unwrap();
-    assert!(info.frames.is_none());
-    let p1 = index.parts[1];
-    let raw = stored_partition(&enc, &p1, true);
-    assert_eq!(decode_basement_partition(&raw, "t").unwrap(), leaf.basements[0]);
+    // The current version with the same helper still decodes (the helper changes nothing else).
+    let run = encode_run(7, &run_msgs(), Some(1)).unwrap();
+    let same = with_version(run.clone(), FORMAT_VERSION, 0..RUN_FIXED_HEADER_BYTES - 4);
+    assert_eq!(same, run);
 }

@@ -282,7 +282,7 @@ impl Buffer {
         for (i, s) in self.slots.iter_mut().enumerate() {
             s.prev = self.heads.insert(s.hash, i as u32).unwrap_or(NO_SLOT);
         }
-        self.msn_sorted = self.slots.windows(2).all(|w| w[0].msn < w[1].msn);
+        self.msn_sorted = self.slots.is_sorted_by(|a, b| a.msn < b.msn);
         self.key_order = OnceLock::new();
     }
 
@@ -334,9 +334,12 @@ impl Buffer {
         let points = out.len();
         out.extend(taken.ranges.into_iter().map(Msg::Range));
         if !(taken.msn_sorted
-            && out
-                .get(points)
-                .is_none_or(|r| points == 0 || out[points - 1].msn() < r.msn()))
+            && out.get(points).is_none_or(|r| {
+                points
+                    .checked_sub(1)
+                    .and_then(|last| out.get(last))
+                    .is_none_or(|p| p.msn() < r.msn())
+            }))
         {
             // Stable: a sorted point run and the sorted range run merge in one pass.
             out.sort_by_key(Msg::msn);
@@ -347,21 +350,6 @@ impl Buffer {
     /// Every message in increasing MSN order (cloned; for serialization and checks).
     pub(crate) fn messages(&self) -> Vec<Msg> {
         self.clone().take_all()
-    }
-
-    /// Borrowed views of every message in increasing MSN order (serialization without copies).
-    pub(crate) fn sorted_refs(&self) -> Vec<MsgRef<'_>> {
-        let mut out: Vec<MsgRef<'_>> = Vec::with_capacity(self.count);
-        out.extend(self.live_slots().map(|s| MsgRef::Point {
-            msn: s.msn,
-            key: &s.key,
-            op: &s.op,
-        }));
-        out.extend(self.ranges.iter().map(MsgRef::Range));
-        if !self.msn_sorted || !self.ranges.is_empty() {
-            out.sort_by_key(MsgRef::msn);
-        }
-        out
     }
 
     /// Messages that may affect `key`, appended to `out` (point messages of the key in MSN
@@ -397,6 +385,7 @@ impl Buffer {
                 .filter(|&i| self.slots.get(i as usize).is_some_and(|s| s.live))
                 .collect();
             order.sort_by(|&a, &b| {
+                #[allow(clippy::indexing_slicing)] // `order` holds only indices below slots.len()
                 let (sa, sb) = (&self.slots[a as usize], &self.slots[b as usize]);
                 key_cmp(&sa.key, &sb.key).then(sa.msn.cmp(&sb.msn))
             });
@@ -439,6 +428,7 @@ impl Buffer {
         if !self.slots.is_empty() {
             let order = self.key_order();
             let first = match lo {
+                #[allow(clippy::indexing_slicing)] // key_order() holds only indices below slots.len()
                 Some(l) => order.partition_point(|&i| self.slots[i as usize].key.as_slice() < l),
                 None => 0,
             };

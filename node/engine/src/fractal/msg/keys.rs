@@ -30,6 +30,7 @@ pub(crate) fn key_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
 pub(crate) fn key_prefix(key: &[u8]) -> u64 {
     let mut b = [0u8; 8];
     let n = key.len().min(8);
+    #[allow(clippy::indexing_slicing)] // n <= 8 = b.len() and n <= key.len()
     b[..n].copy_from_slice(&key[..n]);
     u64::from_be_bytes(b)
 }
@@ -43,6 +44,7 @@ pub(crate) fn count_at_or_below(prefixes: &[u64], key: &[u8], key_le: impl Fn(us
     let (mut lo, mut hi) = (0usize, prefixes.len());
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
+        #[allow(clippy::indexing_slicing)] // lo <= mid < hi <= prefixes.len()
         let p = prefixes[mid];
         if p < kp || (p == kp && key_le(mid)) {
             lo = mid + 1;

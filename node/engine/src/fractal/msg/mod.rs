@@ -140,32 +140,6 @@ pub(crate) fn point_size(key: &[u8], op: &PointOp) -> usize {
         }
 }
 
-/// A borrowed message (see [`Buffer::sorted_refs`]).
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum MsgRef<'a> {
-    /// One key.
-    Point {
-        /// Sequence number.
-        msn: Msn,
-        /// Key.
-        key: &'a [u8],
-        /// Operation.
-        op: &'a PointOp,
-    },
-    /// A key range.
-    Range(&'a RangeMsg),
-}
-
-impl MsgRef<'_> {
-    /// The message's MSN.
-    pub(crate) fn msn(&self) -> Msn {
-        match self {
-            MsgRef::Point { msn, .. } => *msn,
-            MsgRef::Range(r) => r.msn,
-        }
-    }
-}
-
 /// Applies a point op to one value (`None` = absent).
 pub(crate) fn apply_point(value: Option<Vec<u8>>, op: &PointOp) -> Option<Vec<u8>> {
     match op {

@@ -102,6 +102,8 @@ impl Basement {
     /// Sets (`Some`) or removes (`None`) the value of `key` in place: the slot array shifts,
     /// new bytes are appended to the arena, and the arena is compacted once half of it is
     /// garbage. Cheap for single messages applied to a root leaf.
+    // `found` implies i < len(); every slot's span lies in the arena (`append` writes it).
+    #[allow(clippy::indexing_slicing)]
     pub(crate) fn set(&mut self, key: &[u8], value: Option<&[u8]>) {
         let i = self.lower_bound(key);
         let found = i < self.len() && self.key(i) == key;
@@ -192,12 +194,14 @@ impl Basement {
     }
 
     /// Key of entry `i` (panics when out of range, like slice indexing).
+    #[allow(clippy::indexing_slicing)] // slice-like accessor: i < len() is the caller's; spans lie in the arena
     pub(crate) fn key(&self, i: usize) -> &[u8] {
         let s = self.slots[i];
         &self.data[s.off as usize..(s.off + s.klen) as usize]
     }
 
     /// Value of entry `i` (panics when out of range).
+    #[allow(clippy::indexing_slicing)] // slice-like accessor: i < len() is the caller's; spans lie in the arena
     pub(crate) fn value(&self, i: usize) -> &[u8] {
         let s = self.slots[i];
         let v = (s.off + s.klen) as usize;
@@ -252,7 +256,8 @@ impl Basement {
         self.len().checked_sub(1).map(|i| self.key(i))
     }
 
-    /// Counted size of entry `i` (key, value and per-entry overhead).
+    /// Counted size of entry `i` (key, value and per-entry overhead; panics when out of range).
+    #[allow(clippy::indexing_slicing)] // slice-like accessor: i < len() is the caller's
     pub(crate) fn entry_size(&self, i: usize) -> usize {
         let s = self.slots[i];
         (s.klen + s.vlen) as usize + ENTRY_OVERHEAD_BYTES

@@ -177,8 +177,10 @@ impl Leaf {
                 even_ranges(&sizes, pieces)
                     .into_iter()
                     .flat_map(|r| {
-                        if sizes[r.clone()].iter().sum::<usize>() > basement_size_bytes {
-                            chunk_ranges(&sizes[r.clone()], basement_size_bytes)
+                        // even_ranges cuts `sizes` itself: every range lies within it.
+                        let piece = sizes.get(r.clone()).unwrap_or_default();
+                        if piece.iter().sum::<usize>() > basement_size_bytes {
+                            chunk_ranges(piece, basement_size_bytes)
                                 .into_iter()
                                 .map(|x| x.start + r.start..x.end + r.start)
                                 .collect()
@@ -224,6 +226,7 @@ impl Leaf {
         let mut basements = Vec::new();
         for (j, chunk) in chunks.into_iter().enumerate() {
             if j > 0 {
+                #[allow(clippy::indexing_slicing)] // chunk_ranges makes non-empty ranges only
                 pivots.push(chunk[0].0.clone());
             }
             basements.push(Basement::from_entries(chunk, max_msn));

@@ -120,8 +120,7 @@ impl Store {
 
     /// Writes an encoded node block to a fresh extent and points the BTT at it.
     pub(crate) fn write_encoded(&mut self, id: NodeId, enc: Vec<u8>) -> Result<()> {
-        let size = u32::try_from(enc.len())
-            .map_err(|_| EngineError::InvalidArgument(format!("node {id} encodes to {} bytes", enc.len())))?;
+        let size = len_u32(enc.len(), &format!("node {id} block"))?;
         let offset = self.space.lock().alloc(enc.len() as u64);
         let loc = BlockLoc {
             offset,
@@ -213,8 +212,7 @@ pub(crate) fn write_fresh_block(
     enc: &[u8],
     what: impl Fn() -> String,
 ) -> Result<BlockLoc> {
-    let size = u32::try_from(enc.len())
-        .map_err(|_| EngineError::InvalidArgument(format!("{} encodes to {} bytes", what(), enc.len())))?;
+    let size = len_u32(enc.len(), &format!("{} block", what()))?;
     let len = enc.len() as u64;
     let offset = match claim {
         BlockClaim::Writeback => space.lock().alloc(len),

@@ -49,9 +49,7 @@ impl Store {
             counter: image.map_or(0, |(img, _)| img.counter),
             checkpoint_running: false,
             cache: HashMap::new(),
-            ring: Vec::new(),
-            ring_members: HashSet::new(),
-            hand: 0,
+            ring: ClockRing::default(),
             cached_bytes: 0,
             budget_bytes,
             partial: HashMap::new(),
@@ -204,9 +202,7 @@ impl Store {
     // --------------------------------------------------------------------------------------
 
     pub(crate) fn touch_ring(&mut self, id: NodeId) {
-        if self.ring_members.insert(id) {
-            self.ring.push(id);
-        }
+        self.ring.touch(id);
     }
 
     /// The node `id`, loaded from disk if not cached.
@@ -413,33 +409,31 @@ impl Store {
             if steps > 8 * (ring_len_at_start + 8) {
                 break;
             }
-            if self.hand >= self.ring.len() {
-                self.hand = 0;
-            }
-            let id = self.ring[self.hand];
+            let Some(id) = self.ring.current() else {
+                break;
+            };
             let Some(e) = self.cache.get_mut(&id) else {
-                self.ring.swap_remove(self.hand);
-                self.ring_members.remove(&id);
+                self.ring.remove_current();
                 continue;
             };
             if id == pinned || (e.evicting && e.dirty) {
-                self.hand += 1;
+                self.ring.advance();
                 continue;
             }
             let c = e.clock.get_mut();
             if *c > 0 {
                 *c -= 1;
-                self.hand += 1;
+                self.ring.advance();
                 continue;
             }
             if e.dirty {
                 if hold {
-                    self.hand += 1;
+                    self.ring.advance();
                     continue;
                 }
                 if dirty_skips < ring_len_at_start {
                     dirty_skips += 1;
-                    self.hand += 1;
+                    self.ring.advance();
                     continue;
                 }
                 // Queued victims live in the background share, beside flushes in flight.
@@ -452,7 +446,7 @@ impl Store {
                     self.evicting_bytes += e.bytes;
                     self.eviction_stats.handed_to_writeback += 1;
                     self.write_soon.push(id);
-                    self.hand += 1;
+                    self.ring.advance();
                     continue;
                 }
                 if e.node.height() == 0 {
@@ -467,7 +461,7 @@ impl Store {
                     Err(err) if err.is_no_space() => {
                         self.hold_dirty(&err);
                         hold = true;
-                        self.hand += 1;
+                        self.ring.advance();
                         continue;
                     }
                     Err(err) => return Err(err),
@@ -476,8 +470,7 @@ impl Store {
                 self.eviction_stats.clean += 1;
             }
             self.remove_entry(id);
-            self.ring.swap_remove(self.hand);
-            self.ring_members.remove(&id);
+            self.ring.remove_current();
         }
         Ok(())
     }

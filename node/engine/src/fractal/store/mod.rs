@@ -27,16 +27,16 @@ use parking_lot::Mutex;
 use ftkv_vfs::VfsFile;
 
 use super::codec::{
-    decode_basement_frame, decode_basement_partition, decode_buffer_frame, decode_buffer_partition,
-    decode_internal_info, decode_leaf_info, decode_leaf_skeleton, decode_node, decode_node_index,
-    decode_partition, decode_run_frames, decode_run_index, decode_run_range, encode_btt, encode_header,
-    encode_node, encode_run, lookup_in_frame, node_block_sizes, node_header_len, recycle_block_buf,
-    run_index_len, take_block_buf, BasementFrames, BlockLoc, BttImage, Header, InternalInfo, LeafInfo,
-    NodeIndex, PartEntry, RunIndex, DATA_START, HEADER_SLOT_BYTES, NODE_FIXED_HEADER_BYTES, NODE_MAGIC,
-    RUN_FIXED_HEADER_BYTES,
+    decode_basement_frame, decode_buffer_frame, decode_internal_info, decode_leaf_info, decode_leaf_skeleton,
+    decode_node, decode_node_index, decode_partition, decode_run_frames, decode_run_index, decode_run_range,
+    encode_btt, encode_header, encode_node, encode_run, lookup_in_frame, node_block_sizes, node_header_len,
+    recycle_block_buf, run_index_len, take_block_buf, BasementFrames, BlockLoc, BttImage, Header,
+    InternalInfo, LeafInfo, NodeIndex, PartEntry, RunIndex, DATA_START, HEADER_SLOT_BYTES,
+    NODE_FIXED_HEADER_BYTES, NODE_MAGIC, RUN_FIXED_HEADER_BYTES,
 };
 
-use super::msg::{count_at_or_below, key_cmp, key_prefix, Buffer, Msg, Msn};
+use super::limits::len_u32;
+use super::msg::{count_at_or_below, key_cmp, key_prefix, Msg, Msn};
 use super::node::{child_index, Basement, Node, NodeId};
 use super::space::Space;
 pub(crate) use crate::fractal::limits::MAX_CHECKPOINT_LANES;
@@ -76,9 +76,8 @@ pub(crate) struct Store {
     /// A checkpoint has begun and not finished.
     pub(crate) checkpoint_running: bool,
     pub(crate) cache: HashMap<NodeId, Entry>,
-    pub(crate) ring: Vec<NodeId>,
-    pub(crate) ring_members: HashSet<NodeId>,
-    pub(crate) hand: usize,
+    /// The order in which eviction visits cached nodes.
+    pub(crate) ring: ClockRing,
     pub(crate) cached_bytes: usize,
     pub(crate) budget_bytes: usize,
     /// Basements of uncached leaves read for point lookups (at most a quarter of the budget).
@@ -130,6 +129,7 @@ pub(crate) struct Store {
 mod block_io;
 mod cachetable;
 pub(crate) mod checkpoint;
+mod clock_ring;
 mod no_space;
 mod partial_cache;
 mod partial_internal;
@@ -142,6 +142,7 @@ mod writeback_job;
 
 pub(crate) use self::block_io::*;
 pub(crate) use self::checkpoint::*;
+pub(crate) use self::clock_ring::ClockRing;
 pub(crate) use self::no_space::*;
 pub(crate) use self::partial_cache::*;
 pub(crate) use self::partial_leaf::*;

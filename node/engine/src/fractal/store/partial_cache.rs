@@ -10,10 +10,9 @@ pub(crate) struct PartialLeaf {
     pub(crate) pivots: Vec<Vec<u8>>,
     /// [`key_prefix`] of each pivot, for [`PartialLeaf::spot`].
     pub(crate) pivot_prefixes: Vec<u64>,
-    /// Frame tables per basement (format 3; `None`: basements are read whole).
-    pub(crate) frames: Option<Vec<BasementFrames>>,
-    /// Decoded pieces by (basement, frame): one frame, or the whole basement (frame 0) before
-    /// format 3.
+    /// Frame tables per basement.
+    pub(crate) frames: Vec<BasementFrames>,
+    /// Decoded frames by (basement, frame).
     pub(crate) basements: HashMap<(usize, usize), Basement>,
     pub(crate) bytes: usize,
 }
@@ -32,27 +31,27 @@ impl PartialLeaf {
             self.pivots.get(i).is_some_and(|p| key_cmp(p, key).is_le())
         });
         debug_assert_eq!(bi, child_index(&self.pivots, key));
-        match self.frames.as_ref().and_then(|f| f.get(bi)) {
+        match self.frames.get(bi) {
             Some(bf) if overriding.is_some_and(|m| m > bf.max_msn) => LeafSpot::Absent(bf.max_msn),
             Some(bf) => match bf.frame_for(key) {
                 Some(fi) => LeafSpot::Piece(bi, fi),
                 None => LeafSpot::Absent(bf.max_msn),
             },
+            // Not for a well-formed skeleton (one table per basement): reading the piece
+            // reports the missing table as corruption.
             None => LeafSpot::Piece(bi, 0),
         }
     }
 }
 
 /// Pieces of an internal node read without the rest of it: partition 0 (pivots, children,
-/// per-child key filters) and the buffers point reads needed, valid while the BTT still points
-/// at `loc`.
+/// per-child key filters and buffer tables) and the buffer frames point reads needed, valid
+/// while the BTT still points at `loc`.
 pub(crate) struct PartialInternal {
     pub(crate) loc: BlockLoc,
     pub(crate) index: NodeIndex,
     pub(crate) info: InternalInfo,
-    /// Whole buffers by child (blocks before format 4).
-    pub(crate) buffers: HashMap<usize, Buffer>,
-    /// Decoded buffer frames by (child, frame) (format 4): point messages in (key, MSN) order.
+    /// Decoded buffer frames by (child, frame): point messages in (key, MSN) order.
     pub(crate) frames: HashMap<(usize, usize), Vec<Msg>>,
     pub(crate) bytes: usize,
 }
@@ -67,8 +66,7 @@ pub(crate) struct LeafSkeleton {
     pub(crate) info: LeafInfo,
 }
 
-/// Parses the skeleton of the encoded block `enc` of node `id` (`None` for internal nodes and
-/// leaves before format 3). The block was just encoded or verified, so a parse failure is a
+/// Parses the skeleton of the encoded block `enc` of node `id` (`None` for internal nodes). The block was just encoded or verified, so a parse failure is a
 /// bug; it is reported in debug builds and costs only the skeleton otherwise.
 pub(crate) fn leaf_skeleton(enc: &[u8], id: NodeId) -> Option<LeafSkeleton> {
     match decode_leaf_skeleton(enc, id, "encoded leaf") {
@@ -84,9 +82,7 @@ pub(crate) fn leaf_skeleton(enc: &[u8], id: NodeId) -> Option<LeafSkeleton> {
 pub(crate) enum BufferNeed {
     /// Nothing beyond partition 0 (the filter rules the key out, or no frame can hold it).
     Nothing,
-    /// The whole buffer partition (before format 4).
-    Whole,
-    /// One frame of the buffer partition (format 4).
+    /// One frame of the buffer partition.
     Frame(usize),
 }
 
@@ -141,12 +137,7 @@ impl Store {
         let LeafSkeleton { index, info } = sk;
         let bytes = info.pivots.iter().map(|p| p.len() + 24).sum::<usize>()
             + index.parts.len() * 16
-            + info
-                .frames
-                .iter()
-                .flatten()
-                .map(BasementFrames::size_bytes)
-                .sum::<usize>();
+            + info.frames.iter().map(BasementFrames::size_bytes).sum::<usize>();
         if let Some(old) = self.partial.remove(&id) {
             self.partial_bytes -= old.bytes;
         }
@@ -190,7 +181,7 @@ impl Store {
     }
 
     /// Trims the side cache to `cap` bytes, cheapest-to-lose first: decoded basement frames
-    /// (one per lookup, rarely read twice), then decoded internal buffers (read when a key
+    /// (one per lookup, rarely read twice), then decoded internal buffer frames (read when a key
     /// filter lets a key through), then leaves' partition 0 (pivots and frame tables: one per
     /// leaf, serving every later lookup in it), and internal nodes' partition 0 (pivots and
     /// key filters, serving every lookup below them) last. With `margin`, goes down to three
@@ -218,11 +209,11 @@ impl Store {
             if *id == keep {
                 continue;
             }
-            let freed: usize = p.buffers.drain().map(|(_, b)| b.bytes() + 64).sum::<usize>()
-                + p.frames
-                    .drain()
-                    .map(|(_, m)| m.iter().map(Msg::size_bytes).sum::<usize>() + 64)
-                    .sum::<usize>();
+            let freed: usize = p
+                .frames
+                .drain()
+                .map(|(_, m)| m.iter().map(Msg::size_bytes).sum::<usize>() + 64)
+                .sum();
             p.bytes -= freed;
             self.partial_bytes -= freed;
         }

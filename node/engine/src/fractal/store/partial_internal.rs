@@ -27,21 +27,14 @@ impl Store {
                 self.partial_bytes -= old.bytes;
             }
             let index = self.read_index(id, &loc)?;
-            if index.height == 0 || index.parts.len() < 2 {
+            let (Some(&p0), true) = (index.parts.first(), index.height != 0 && index.parts.len() >= 2) else {
                 return Err(EngineError::Corruption {
                     location: location.to_string(),
                     detail: "expected an internal node".into(),
                 });
-            }
-            let p0 = index.parts[0];
+            };
             let raw = self.read_partition(id, &loc, &p0, index.compressed)?;
-            let info = decode_internal_info(
-                &raw,
-                index.parts.len() - 1,
-                index.version,
-                index.compressed,
-                &location,
-            )?;
+            let info = decode_internal_info(&raw, index.parts.len() - 1, index.compressed, &location)?;
             self.partial_stats.internal_infos += 1;
             self.partial_stats.internal_info_bytes += u64::from(p0.len) + index.parts.len() as u64 * 16;
             let bytes = raw.len() + info.tables_size_bytes() + index.parts.len() * 16 + 64;
@@ -52,7 +45,6 @@ impl Store {
                     loc,
                     index,
                     info,
-                    buffers: HashMap::new(),
                     frames: HashMap::new(),
                     bytes,
                 },
@@ -69,35 +61,36 @@ impl Store {
             });
         };
         let (i, entry) = data_partition(&p.index, &p.info.pivots, key, &location)?;
-        let frame = match p.info.tables.as_ref().and_then(|t| t.get(i)) {
-            Some(t) => match t.frame_for(key) {
-                Some(fi) => {
-                    let f = t.points.frames.get(fi).ok_or_else(|| EngineError::Corruption {
+        let frame = match p.info.tables.get(i).map(|t| (t, t.frame_for(key))) {
+            Some((t, Some(fi))) => {
+                let f = t.points.frames.get(fi).ok_or_else(|| EngineError::Corruption {
+                    location: location.to_string(),
+                    detail: format!("buffer {i} has no frame {fi}"),
+                })?;
+                if f.offset + u64::from(f.stored_len) > u64::from(entry.len) {
+                    return Err(EngineError::Corruption {
                         location: location.to_string(),
-                        detail: format!("buffer {i} has no frame {fi}"),
-                    })?;
-                    if f.offset + u64::from(f.stored_len) > u64::from(entry.len) {
-                        return Err(EngineError::Corruption {
-                            location: location.to_string(),
-                            detail: format!("frame {fi} of buffer {i} beyond its partition"),
-                        });
-                    }
-                    let data = self.read_span(
-                        id,
-                        &loc,
-                        u64::from(entry.offset) + f.offset,
-                        u64::from(f.stored_len),
-                    )?;
-                    let msgs = decode_buffer_frame(&data, t, fi, &location)?;
-                    self.partial_stats.internal_buffer_bytes += data.len() as u64;
-                    Some((fi, msgs))
+                        detail: format!("frame {fi} of buffer {i} beyond its partition"),
+                    });
                 }
-                None => None,
-            },
-            None => None,
+                let data = self.read_span(
+                    id,
+                    &loc,
+                    u64::from(entry.offset) + f.offset,
+                    u64::from(f.stored_len),
+                )?;
+                let msgs = decode_buffer_frame(&data, t, fi, &location)?;
+                self.partial_stats.internal_buffer_bytes += data.len() as u64;
+                Some((fi, msgs))
+            }
+            Some((_, None)) => None,
+            None => {
+                return Err(EngineError::Corruption {
+                    location: location.to_string(),
+                    detail: format!("buffer {i} has no table"),
+                })
+            }
         };
-        let compressed = p.index.compressed;
-        let framed = p.info.tables.is_some();
         self.partial_stats.internal_buffers += 1;
         if let Some((fi, msgs)) = frame {
             let size = msgs.iter().map(Msg::size_bytes).sum::<usize>() + 64;
@@ -105,16 +98,6 @@ impl Store {
                 p.bytes += size;
                 let old = p.frames.insert((i, fi), msgs);
                 debug_assert!(old.is_none(), "frame read twice into the side cache");
-                self.partial_bytes += size;
-            }
-        } else if !framed {
-            let raw = self.read_partition(id, &loc, &entry, compressed)?;
-            let buffer = decode_buffer_partition(&raw, &location)?;
-            self.partial_stats.internal_buffer_bytes += u64::from(entry.len);
-            let size = buffer.bytes() + 64;
-            if let Some(p) = self.partial_internal.get_mut(&id) {
-                p.bytes += size;
-                p.buffers.insert(i, buffer);
                 self.partial_bytes += size;
             }
         }
@@ -145,18 +128,18 @@ impl Store {
         let (Some(&child), Some(f)) = (p.info.children.get(i), p.info.filters.get(i)) else {
             return Ok(None);
         };
-        let table = p.info.tables.as_ref().and_then(|t| t.get(i));
-        let need = match table {
-            Some(t) if f.keys.may_contain(hash) => {
-                t.frame_for(key).map_or(BufferNeed::Nothing, BufferNeed::Frame)
-            }
-            Some(_) => BufferNeed::Nothing,
-            None if f.has_ranges || f.keys.may_contain(hash) => BufferNeed::Whole,
-            None => BufferNeed::Nothing,
+        let Some(table) = p.info.tables.get(i) else {
+            return Ok(None);
+        };
+        let need = if f.keys.may_contain(hash) {
+            table
+                .frame_for(key)
+                .map_or(BufferNeed::Nothing, BufferNeed::Frame)
+        } else {
+            BufferNeed::Nothing
         };
         let missing = match need {
             BufferNeed::Nothing => false,
-            BufferNeed::Whole => !p.buffers.contains_key(&i),
             BufferNeed::Frame(fi) => !p.frames.contains_key(&(i, fi)),
         };
         if missing {
@@ -165,20 +148,21 @@ impl Store {
         for r in f.runs.iter().filter(|r| r.may_hold(key, hash)) {
             self.run_msgs_for_key(r.id, key, out)?;
         }
-        if let Some(t) = table {
-            out.extend(t.ranges.iter().filter(|r| r.covers(key)).cloned().map(Msg::Range));
-        }
+        out.extend(
+            table
+                .ranges
+                .iter()
+                .filter(|r| r.covers(key))
+                .cloned()
+                .map(Msg::Range),
+        );
         match need {
             BufferNeed::Nothing => {}
-            BufferNeed::Whole => {
-                if let Some(b) = p.buffers.get(&i) {
-                    b.collect_for_key(key, hash, out);
-                }
-            }
             BufferNeed::Frame(fi) => {
                 if let Some(msgs) = p.frames.get(&(i, fi)) {
                     let at = msgs.partition_point(|m| m.key_or_start() < key);
-                    out.extend(msgs[at..].iter().take_while(|m| m.key_or_start() == key).cloned());
+                    let from_key = msgs.get(at..).unwrap_or_default();
+                    out.extend(from_key.iter().take_while(|m| m.key_or_start() == key).cloned());
                 }
             }
         }

@@ -77,15 +77,14 @@ impl Store {
                 self.partial_bytes -= old.bytes;
             }
             let index = self.read_index(id, &loc)?;
-            if index.height != 0 || index.parts.len() < 2 {
+            let (Some(&p0), true) = (index.parts.first(), index.height == 0 && index.parts.len() >= 2) else {
                 return Err(EngineError::Corruption {
                     location: location.to_string(),
                     detail: "expected a leaf".into(),
                 });
-            }
-            let p0 = index.parts[0];
+            };
             let raw = self.read_partition(id, &loc, &p0, index.compressed)?;
-            let info = decode_leaf_info(&raw, index.parts.len() - 1, index.version, &location)?;
+            let info = decode_leaf_info(&raw, index.parts.len() - 1, &location)?;
             self.partial_stats.leaf_infos += 1;
             self.partial_stats.leaf_info_bytes += u64::from(p0.len) + index.parts.len() as u64 * 16;
             self.insert_partial_leaf(id, loc, LeafSkeleton { index, info });
@@ -103,34 +102,26 @@ impl Store {
             }
             LeafSpot::Piece(bi, fi) => (bi, fi),
         };
-        // Basement `bi` (from `spot`).
-        let entry = partition_of(&p.index, bi, &location)?;
-        let b = match p.frames.as_ref().and_then(|f| f.get(bi)) {
-            Some(_) if !self.frame_doorkeeper.admit(loc.offset, bi, fi) => {
-                // Not kept: look the key up in the frame as read (the skeleton may be new).
-                let result = self.lookup_frame(id, p, bi, fi, key)?;
-                self.trim_partial(id);
-                return Ok(result);
-            }
-            Some(bf) => {
-                // Format 3: one frame, checked against its crc in the (verified) frame table.
-                let data = self.read_frame(id, p, bi, fi)?;
-                let b = decode_basement_frame(&data, bf, fi, p.index.compressed, &location)?;
-                self.frame_reads.fetch_add(1, Ordering::Relaxed);
-                self.frame_read_bytes
-                    .fetch_add(data.len() as u64, Ordering::Relaxed);
-                recycle_block_buf(data);
-                b
-            }
-            None => {
-                let compressed = p.index.compressed;
-                let raw = self.read_partition(id, &loc, &entry, compressed)?;
-                let b = decode_basement_partition(&raw, &location)?;
-                self.partial_stats.basements += 1;
-                self.partial_stats.basement_bytes += u64::from(entry.len);
-                b
-            }
+        // Frame `fi` of basement `bi` (from `spot`).
+        let Some(bf) = p.frames.get(bi) else {
+            return Err(EngineError::Corruption {
+                location: location.to_string(),
+                detail: format!("basement {bi} has no frame table"),
+            });
         };
+        if !self.frame_doorkeeper.admit(loc.offset, bi, fi) {
+            // Not kept: look the key up in the frame as read (the skeleton may be new).
+            let result = self.lookup_frame(id, p, bi, fi, key)?;
+            self.trim_partial(id);
+            return Ok(result);
+        }
+        // One frame, checked against its crc in the (verified) frame table.
+        let data = self.read_frame(id, p, bi, fi)?;
+        let b = decode_basement_frame(&data, bf, fi, p.index.compressed, &location)?;
+        self.frame_reads.fetch_add(1, Ordering::Relaxed);
+        self.frame_read_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        recycle_block_buf(data);
         let result = (b.get(key).map(<[u8]>::to_vec), b.max_msn);
         let size = b.size_bytes();
         if let Some(p) = self.partial.get_mut(&id) {
@@ -147,8 +138,8 @@ impl Store {
     /// that can hold the key, read from the file and not kept ([`FrameDoorkeeper`]). Point reads
     /// beyond memory then need neither the exclusive lock nor a second descent, and run their
     /// reads side by side. `None` when this needs the exclusive path
-    /// ([`Store::read_partial_value`]): no frame table cached for the leaf's current block, a
-    /// leaf written before format 3, or a frame the doorkeeper admits to the side cache.
+    /// ([`Store::read_partial_value`]): no frame table cached for the leaf's current block, or
+    /// a frame the doorkeeper admits to the side cache.
     /// Errors: `Io`, or `Corruption` naming the block.
     pub(crate) fn read_frame_value_shared(
         &self,
@@ -169,7 +160,7 @@ impl Store {
             }
             LeafSpot::Piece(bi, fi) => (bi, fi),
         };
-        if p.frames.as_ref().and_then(|f| f.get(bi)).is_none()
+        if p.frames.get(bi).is_none()
             || p.basements.contains_key(&(bi, fi))
             || self.frame_doorkeeper.admit(p.loc.offset, bi, fi)
         {
@@ -180,7 +171,7 @@ impl Store {
         Ok(Some(result))
     }
 
-    /// Reads frame `fi` of basement `bi` of partial leaf `p` (leaf `id`, format 3) and looks
+    /// Reads frame `fi` of basement `bi` of partial leaf `p` (leaf `id`) and looks
     /// `key` up in it without decoding the frame into a [`Basement`]: the value and the
     /// basement's applied MSN.
     pub(crate) fn lookup_frame(
@@ -192,7 +183,7 @@ impl Store {
         key: &[u8],
     ) -> Result<(Option<Vec<u8>>, Msn)> {
         let location = self.location(id, &p.loc);
-        let Some(bf) = p.frames.as_ref().and_then(|f| f.get(bi)) else {
+        let Some(bf) = p.frames.get(bi) else {
             return Err(EngineError::Corruption {
                 location: location.to_string(),
                 detail: format!("basement {bi} has no frame table"),
@@ -207,8 +198,8 @@ impl Store {
         Ok((v, bf.max_msn))
     }
 
-    /// The stored bytes of frame `fi` of basement `bi` of partial leaf `p` (leaf `id`, format
-    /// 3), after checking that the frame table has it within the basement's partition (the
+    /// The stored bytes of frame `fi` of basement `bi` of partial leaf `p` (leaf `id`), after
+    /// checking that the frame table has it within the basement's partition (the
     /// frame's own crc is checked by its decoder).
     pub(crate) fn read_frame(&self, id: NodeId, p: &PartialLeaf, bi: usize, fi: usize) -> Result<Vec<u8>> {
         let corrupt = |detail: String| EngineError::Corruption {
@@ -218,8 +209,7 @@ impl Store {
         let entry = partition_of(&p.index, bi, &self.location(id, &p.loc))?;
         let f = p
             .frames
-            .as_ref()
-            .and_then(|t| t.get(bi))
+            .get(bi)
             .and_then(|bf| bf.frames.get(fi))
             .ok_or_else(|| corrupt(format!("basement {bi} has no frame {fi}")))?;
         if u64::from(f.offset) + u64::from(f.stored_len) > u64::from(entry.len) {

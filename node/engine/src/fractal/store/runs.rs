@@ -81,7 +81,9 @@ impl Store {
     pub(crate) fn read_run_range(&self, id: u64, lo: &[u8], hi: Option<&[u8]>) -> Result<Vec<Msg>> {
         if let Some(msgs) = self.pending_runs.get(&id) {
             let at = msgs.partition_point(|m| m.key_or_start() < lo);
-            return Ok(msgs[at..]
+            return Ok(msgs
+                .get(at..)
+                .unwrap_or_default()
                 .iter()
                 .take_while(|m| hi.is_none_or(|h| m.key_or_start() < h))
                 .cloned()
@@ -102,9 +104,7 @@ impl Store {
         } else {
             Some(self.run_index(id, &loc, &location)?)
         };
-        // A format-2 run is one frame without a crc of its own: it is read whole, like a whole
-        // run, so the BTT crc of the block checks it.
-        let Some(index) = index.filter(|ix| ix.version >= 3) else {
+        let Some(index) = index else {
             // Whole run: one read, checked against the BTT crc of the whole block.
             self.run_indexes.lock().whole_reads += 1;
             let buf = self.read_span(id, &loc, 0, u64::from(loc.size))?;

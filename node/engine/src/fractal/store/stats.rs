@@ -110,9 +110,10 @@ pub struct EvictionStats {
 /// Counters of partial (one-partition) reads by point lookups.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PartialReadStats {
-    /// Whole basements read from leaves that were not cached (leaves written before format 3).
+    /// Whole basements read from leaves that were not cached: always 0 (format 4, the only one
+    /// read, stores basements as frames; see `frames`). Kept for the API.
     pub basements: u64,
-    /// Single basement frames read from leaves that were not cached (format 3).
+    /// Single basement frames read from leaves that were not cached.
     pub frames: u64,
     /// Of `frames`, those read by readers under the engine's shared lock (the frame table was
     /// cached and the frame was not kept: [`Store::read_frame_value_shared`]).

@@ -5,7 +5,7 @@ use std::path::Path;
 use ftkv_vfs::{FaultVfs, Vfs};
 
 use super::*;
-use crate::fractal::codec::{encode_run, encode_run_v2};
+use crate::fractal::codec::encode_run;
 use crate::fractal::msg::PointOp;
 
 fn msgs() -> Vec<Msg> {
@@ -18,18 +18,17 @@ fn msgs() -> Vec<Msg> {
         .collect()
 }
 
-/// A run of either format, read by key range from the store, returns exactly its messages
-/// in the range; a flipped bit in its payload is `Corruption` (format 2 through the BTT crc
-/// of the whole block, format 3 through the frame crc), never data.
+/// A run read by key range from the store returns exactly its messages in the range, reading
+/// only frames; a flipped bit in its payload is `Corruption` (through the frame crc), never
+/// data.
 #[test]
-fn runs_of_both_formats_read_by_range_and_catch_flips() {
+fn runs_read_by_range_and_catch_flips() {
     let vfs = FaultVfs::new(5);
     vfs.create_dir_all(Path::new("/s")).unwrap();
     let file = vfs.open(Path::new("/s/tree"), true).unwrap();
     let mut store = Store::new(file, "/s/tree".into(), Some(1), 1 << 20, None, None);
     let all = msgs();
-    // Format 2 stored raw: only the BTT crc of the whole block can catch damage in it.
-    store.write_run(10, encode_run_v2(10, &all, false)).unwrap();
+    store.write_run(10, encode_run(10, &all, None).unwrap()).unwrap();
     store
         .write_run(11, encode_run(11, &all, Some(1)).unwrap())
         .unwrap();
@@ -46,14 +45,13 @@ fn runs_of_both_formats_read_by_range_and_catch_flips() {
         assert_eq!(one, vec![all[2345].clone()], "run {id}");
     }
     let st = store.partial_stats();
-    assert_eq!((st.run_whole_reads, st.run_frame_reads), (2, 2), "{st:?}");
+    assert_eq!((st.run_whole_reads, st.run_frame_reads), (0, 4), "{st:?}");
     // Flip one bit in the middle of each run's payload (past headers and index).
     for id in [10, 11] {
         let loc = store.btt[&id];
         let at = loc.offset + u64::from(loc.size) / 2;
         vfs.inject_bytes(Path::new("/s/tree"), at, &[0x5a]).unwrap();
-        // The frame holding the middle key of the block (format 3) or the whole payload
-        // (format 2) is read: both report corruption.
+        // The frame holding the middle byte of the block is read: it reports corruption.
         let mut hits = 0;
         for i in (0..3000usize).step_by(25) {
             let k = format!("key{i:06}").into_bytes();

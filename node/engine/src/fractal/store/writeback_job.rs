@@ -313,8 +313,10 @@ impl Store {
             if left <= limit_bytes / 2 || job_bytes >= cap {
                 break;
             }
+            let Some(e) = self.cache.get(&id) else {
+                continue;
+            };
             job_bytes += bytes;
-            let e = &self.cache[&id];
             nodes.push(PendingNode {
                 id,
                 node: Arc::clone(&e.node),

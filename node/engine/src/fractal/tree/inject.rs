@@ -133,12 +133,11 @@ impl Tree {
             let extras = self.split_if_needed(&mut root, ROOT_EDGES);
             if extras.is_empty() {
                 if let Node::Internal(n) = &mut root {
-                    if n.children.len() == 1 {
+                    if let &[child] = n.children.as_slice() {
                         if n.buffers.first().is_some_and(|b| !b.is_empty()) {
                             self.flush_into_child(n, 0, ROOT_EDGES)?;
                             continue;
                         }
-                        let child = n.children[0];
                         self.store.delete(root_id);
                         self.root = child;
                         return Ok(());

@@ -73,54 +73,14 @@ impl Tree {
             ));
         }
         let bad = |d: String| corrupt(loc.clone(), d);
-        let check_pivots = |pivots: &[Vec<u8>], parts: usize| -> std::result::Result<(), String> {
-            if parts != pivots.len() + 1 || parts == 0 {
-                return Err(format!("{} pivots for {parts} parts", pivots.len()));
-            }
-            for w in pivots.windows(2) {
-                if w[0] >= w[1] {
-                    return Err("pivots not strictly increasing".into());
-                }
-            }
-            for p in pivots {
-                if lo.as_ref().is_some_and(|l| p <= l) || hi.as_ref().is_some_and(|h| p >= h) {
-                    return Err(format!("pivot {p:?} outside node bounds [{lo:?}, {hi:?})"));
-                }
-            }
-            Ok(())
-        };
+        let (lo_key, hi_key) = (lo.as_deref(), hi.as_deref());
         match node {
             Node::Leaf(l) => {
-                check_pivots(&l.pivots, l.basements.len()).map_err(&bad)?;
-                for (bi, b) in l.basements.iter().enumerate() {
-                    let (blo, bhi) = child_bounds(&l.pivots, bi, lo.as_deref(), hi.as_deref());
-                    for j in 1..b.len() {
-                        if b.key(j - 1) >= b.key(j) {
-                            return Err(bad(format!("basement {bi}: keys not strictly increasing")));
-                        }
-                    }
-                    for (k, _) in b.iter() {
-                        if blo.is_some_and(|x| k < x) || bhi.is_some_and(|x| k >= x) {
-                            return Err(bad(format!(
-                                "basement {bi}: key {k:?} outside [{blo:?}, {bhi:?})"
-                            )));
-                        }
-                    }
-                    let data = b.recompute_data_bytes();
-                    if data != b.data_bytes() {
-                        return Err(bad(format!(
-                            "basement {bi}: size {} != recomputed {data}",
-                            b.data_bytes()
-                        )));
-                    }
-                    if b.max_msn >= next_msn {
-                        return Err(bad(format!("basement {bi}: MSN {} from the future", b.max_msn)));
-                    }
-                }
+                check_leaf(&l, lo_key, hi_key, next_msn).map_err(bad)?;
                 Ok(0)
             }
             Node::Internal(n) => {
-                check_pivots(&n.pivots, n.children.len()).map_err(&bad)?;
+                check_pivots(&n.pivots, n.children.len(), lo_key, hi_key).map_err(&bad)?;
                 if n.buffers.len() != n.children.len() || height == 0 {
                     return Err(bad(format!(
                         "{} buffers, {} children, height {height}",
@@ -129,7 +89,7 @@ impl Tree {
                     )));
                 }
                 for (i, b) in n.buffers.iter().enumerate() {
-                    let (clo, chi) = child_bounds(&n.pivots, i, lo.as_deref(), hi.as_deref());
+                    let (clo, chi) = child_bounds(&n.pivots, i, lo_key, hi_key);
                     check_buffer(b, clo, chi, next_msn).map_err(|d| bad(format!("buffer {i}: {d}")))?;
                     let mut spilled_bytes = 0usize;
                     for r in b.spilled() {
@@ -157,6 +117,62 @@ impl Tree {
             }
         }
     }
+}
+
+/// Checks that `pivots` cut `[lo, hi)` into `parts` pieces: strictly increasing, inside it.
+fn check_pivots(
+    pivots: &[Vec<u8>],
+    parts: usize,
+    lo: Option<&[u8]>,
+    hi: Option<&[u8]>,
+) -> std::result::Result<(), String> {
+    if parts != pivots.len() + 1 || parts == 0 {
+        return Err(format!("{} pivots for {parts} parts", pivots.len()));
+    }
+    if !pivots.is_sorted_by(|a, b| a < b) {
+        return Err("pivots not strictly increasing".into());
+    }
+    for p in pivots {
+        if lo.is_some_and(|l| p.as_slice() <= l) || hi.is_some_and(|h| p.as_slice() >= h) {
+            return Err(format!("pivot {p:?} outside node bounds [{lo:?}, {hi:?})"));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a leaf covering `[lo, hi)`: its pivots, and per basement strictly increasing keys
+/// within the basement's bounds, its byte count and an applied MSN below `next_msn`.
+fn check_leaf(
+    l: &Leaf,
+    lo: Option<&[u8]>,
+    hi: Option<&[u8]>,
+    next_msn: Msn,
+) -> std::result::Result<(), String> {
+    check_pivots(&l.pivots, l.basements.len(), lo, hi)?;
+    for (bi, b) in l.basements.iter().enumerate() {
+        let (blo, bhi) = child_bounds(&l.pivots, bi, lo, hi);
+        for j in 1..b.len() {
+            if b.key(j - 1) >= b.key(j) {
+                return Err(format!("basement {bi}: keys not strictly increasing"));
+            }
+        }
+        for (k, _) in b.iter() {
+            if blo.is_some_and(|x| k < x) || bhi.is_some_and(|x| k >= x) {
+                return Err(format!("basement {bi}: key {k:?} outside [{blo:?}, {bhi:?})"));
+            }
+        }
+        let data = b.recompute_data_bytes();
+        if data != b.data_bytes() {
+            return Err(format!(
+                "basement {bi}: size {} != recomputed {data}",
+                b.data_bytes()
+            ));
+        }
+        if b.max_msn >= next_msn {
+            return Err(format!("basement {bi}: MSN {} from the future", b.max_msn));
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn check_buffer(
@@ -187,10 +203,8 @@ pub(crate) fn check_buffer(
         }
         prev = Some((k, msn));
     }
-    for w in b.range_msgs().windows(2) {
-        if w[0].msn >= w[1].msn {
-            return Err("range messages not in MSN order".into());
-        }
+    if !b.range_msgs().is_sorted_by(|a, b| a.msn < b.msn) {
+        return Err("range messages not in MSN order".into());
     }
     for r in b.range_msgs() {
         if !r.overlaps(lo, hi) {

@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use super::background::leaf_flusher::{Flusher, InFlight, LeafFlushDone, LeafFlushJob};
 use super::codec::encode_run;
 use super::filter::KeyFilter;
+use super::limits::len_u32;
 use super::msg::{apply_point, apply_range, key_hash, Buffer, Msg, Msn, PointOp, RangeMsg, RangeOp, RunRef};
 use super::node::{
     child_bounds, child_index, chunk_entries, split_entries_even, Basement, Internal, Leaf, Node, NodeId,

@@ -168,7 +168,10 @@ impl PendingForRange {
             .take_while(|(k, _)| below_hi(k))
             .peekable();
         let p0 = self.points.partition_point(|(k, _, _)| k.as_slice() < lo);
-        let mut points = self.points[p0..]
+        let mut points = self
+            .points
+            .get(p0..)
+            .unwrap_or_default()
             .iter()
             .take_while(|(k, _, _)| below_hi(k))
             .peekable();

@@ -23,10 +23,9 @@ impl Tree {
     /// Merges child `i` with a neighbour (their buffers merge too), re-splitting if too big.
     pub(crate) fn merge_children(&mut self, parent: &mut Internal, a: usize) -> Result<()> {
         let b = a + 1;
-        if b >= parent.children.len() {
+        let (Some(&a_id), Some(&b_id)) = (parent.children.get(a), parent.children.get(b)) else {
             return Ok(());
-        }
-        let (a_id, b_id) = (parent.children[a], parent.children[b]);
+        };
         if self.flush_busy(a_id) || self.flush_busy(b_id) {
             // Merging can wait; the leaf being flushed in the background may not change.
             return Ok(());
@@ -42,6 +41,7 @@ impl Tree {
         let pivot = parent.pivots.remove(a);
         parent.children.remove(b);
         let bbuf = parent.buffers.remove(b);
+        #[allow(clippy::indexing_slicing)] // a < b and remove(b) just succeeded
         parent.buffers[a].absorb(bbuf);
         match (&mut left, right) {
             (Node::Leaf(l), Node::Leaf(r)) => {

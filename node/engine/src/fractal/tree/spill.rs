@@ -81,8 +81,7 @@ impl Tree {
         }
         let run = RunRef {
             id,
-            msgs: u32::try_from(msgs.len())
-                .map_err(|_| EngineError::InvalidArgument("run over 4 G messages".into()))?,
+            msgs: len_u32(msgs.len(), "run messages")?,
             bytes,
             min_key: min_key.unwrap_or_default().to_vec(),
             max_key: max_key.unwrap_or_default().to_vec(),
