@@ -350,8 +350,8 @@ fn cluster_ids(output: &str) -> Vec<String> {
         .collect()
 }
 
-/// The lines of the last `member list` in `output` (simple format: `ID, ROLE, CLIENT, PEER,
-/// leader|-`), as (id, role) pairs.
+/// The lines of the last membership listing in `output` (simple format: `ID, ROLE, CLIENT,
+/// PEER, leader|-`, ids ascending), as (id, role) pairs.
 fn last_member_list(output: &str) -> Vec<(u64, String)> {
     let mut lists: Vec<Vec<(u64, String)>> = Vec::new();
     let mut current: Option<Vec<(u64, String)>> = None;
@@ -360,8 +360,12 @@ fn last_member_list(output: &str) -> Vec<(u64, String)> {
         let parsed = (fields.len() == 5)
             .then(|| fields[0].parse::<u64>().ok().map(|id| (id, fields[1].to_string())))
             .flatten();
+        // A listing is in id order: a smaller or equal id starts the next listing.
         match (parsed, current.as_mut()) {
-            (Some(member), Some(list)) => list.push(member),
+            (Some(member), Some(list)) if list.last().is_some_and(|last| last.0 < member.0) => {
+                list.push(member)
+            }
+            (Some(member), Some(_)) => lists.extend(current.replace(vec![member])),
             (Some(member), None) => current = Some(vec![member]),
             (None, _) => lists.extend(current.take()),
         }
@@ -589,7 +593,8 @@ fn the_readme_runbook_runs_as_written() {
                     log_tails(&dir)
                 );
             }
-            eprintln!("runbook: {name} ok in {:.1?}", at.elapsed());
+            // Shown on a failure (and with --nocapture): what every block printed.
+            eprintln!("runbook: {name} ok in {:.1?}\n{}", at.elapsed(), outcome.output);
             check(name, &outcome.output, &dir, &mut memory);
         }
         shell.stop();
