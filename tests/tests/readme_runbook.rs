@@ -506,6 +506,14 @@ fn check(name: &str, output: &str, dir: &Path, memory: &mut Memory) {
             assert_has(name, output, "no space");
             assert_has(name, output, "alarm:NOSPACE");
             assert_has(name, output, "limit:space.quota_bytes");
+            // Disarmed: the last `alarm list` prints nothing and the write after it is accepted.
+            let tail: Vec<&str> = output.lines().filter(|l| !l.trim().is_empty()).collect();
+            assert_eq!(tail.last(), Some(&"OK"), "{output}");
+            let last_alarm = output.rfind("alarm:NOSPACE").unwrap();
+            assert!(
+                output[last_alarm..].contains("alarm not disarmed") || !output[last_alarm..].contains("memberID:"),
+                "{output}"
+            );
         }
         _ => {}
     }
