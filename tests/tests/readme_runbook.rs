@@ -247,9 +247,7 @@ impl Shell {
     /// (stdin `/dev/null`, as a terminal user's block does not read the rest of the runbook),
     /// then prints a sentinel; the block's output is everything up to the sentinel.
     fn run(&mut self, index: usize, block: &Block) -> Outcome {
-        let text = block
-            .text
-            .replace("/tmp/", &format!("{}/", self.dir.display()));
+        let text = block.text.replace("/tmp/", &format!("{}/", self.dir.display()));
         let file = self.dir.join(format!("runbook-{index:02}-{}.sh", name(block)));
         std::fs::write(&file, text).unwrap();
         let sentinel = format!("@@runbook-block-{index}-done@@");
@@ -270,9 +268,7 @@ impl Shell {
                     output.push('\n');
                     continue;
                 }
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    std::thread::sleep(Duration::from_millis(50))
-                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(Duration::from_millis(50)),
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
             }
             if let Some(status) = exited {
@@ -323,7 +319,9 @@ fn log_tails(dir: &Path) -> String {
     let mut out = String::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let path = entry.path();
             if path.is_dir() {
@@ -358,7 +356,12 @@ fn last_member_list(output: &str) -> Vec<(u64, String)> {
     for line in output.lines() {
         let fields: Vec<&str> = line.split(", ").collect();
         let parsed = (fields.len() == 5)
-            .then(|| fields[0].parse::<u64>().ok().map(|id| (id, fields[1].to_string())))
+            .then(|| {
+                fields[0]
+                    .parse::<u64>()
+                    .ok()
+                    .map(|id| (id, fields[1].to_string()))
+            })
             .flatten();
         // A listing is in id order: a smaller or equal id starts the next listing.
         match (parsed, current.as_mut()) {
@@ -433,7 +436,11 @@ fn check(name: &str, output: &str, dir: &Path, memory: &mut Memory) {
                 "node 1 does not serve the new certificate"
             );
             let now = std::fs::read(dir.join("ftkv-tls/tls/node-1.pem")).unwrap();
-            assert_ne!(memory.rotated_cert.as_deref(), Some(now.as_slice()), "node-1.pem unchanged");
+            assert_ne!(
+                memory.rotated_cert.as_deref(),
+                Some(now.as_slice()),
+                "node-1.pem unchanged"
+            );
             let log = std::fs::read_to_string(dir.join("ftkv-tls/node-1.log")).unwrap();
             assert!(log.contains("TLS certificates reloaded"), "no reload logged");
         }
@@ -441,7 +448,9 @@ fn check(name: &str, output: &str, dir: &Path, memory: &mut Memory) {
             assert_has(name, output, "DNS:ftkv-node-1");
             assert_has(name, output, "DNS:ftkv-0.ftkv-peer");
             for i in 0..3 {
-                assert!(dir.join(format!("ftkv-k8s-certs/node-{}-key.pem", i + 1)).is_file());
+                assert!(dir
+                    .join(format!("ftkv-k8s-certs/node-{}-key.pem", i + 1))
+                    .is_file());
             }
         }
         "users-roles" => {
@@ -506,7 +515,11 @@ fn check(name: &str, output: &str, dir: &Path, memory: &mut Memory) {
             let ids = cluster_ids(output);
             assert_eq!(ids.len(), 3, "one status per restored node: {output}");
             assert!(ids.iter().all(|id| id == &ids[0]), "{output}");
-            assert_ne!(Some(&ids[0]), memory.old_cluster_id.as_ref(), "the same cluster id");
+            assert_ne!(
+                Some(&ids[0]),
+                memory.old_cluster_id.as_ref(),
+                "the same cluster id"
+            );
             assert_has(name, output, "user/42\nvisits=42\n");
         }
         "quota-alarm" => {
@@ -546,7 +559,10 @@ fn every_operational_block_is_run_or_skipped_with_a_reason() {
     let blocks = runbook(&readme());
     let names: Vec<&str> = blocks.iter().map(name).collect();
     for wanted in CHECKED {
-        assert!(names.contains(wanted), "README.md has no `<!-- runbook: {wanted} -->` block");
+        assert!(
+            names.contains(wanted),
+            "README.md has no `<!-- runbook: {wanted} -->` block"
+        );
     }
 }
 
@@ -563,7 +579,10 @@ fn the_parser_sees_marks_and_sections() {
     assert_eq!(blocks[2].section, "Other");
     assert_eq!(blocks[3].lang, "rust");
     let result = std::panic::catch_unwind(|| runbook(text));
-    assert!(result.is_err(), "the unmarked sh block of Operations must be refused");
+    assert!(
+        result.is_err(),
+        "the unmarked sh block of Operations must be refused"
+    );
 }
 
 #[test]
