@@ -55,6 +55,11 @@ echo "== artifacts: kubernetes-validate"
 "$VENV/bin/kubernetes-validate" --strict --quiet deploy/k8s/*.yaml
 echo "ok: deploy/k8s/*.yaml"
 "$VENV/bin/python" deploy/k8s/check-pods.py "$NODE" deploy/k8s
+# The TLS variant: the StatefulSet patched with deploy/k8s/tls/statefulset-patch.yaml.
+"$VENV/bin/python" deploy/k8s/check-pods.py "$NODE" deploy/k8s \
+  --tls-patch deploy/k8s/tls/statefulset-patch.yaml --merged "$WORK/statefulset-tls.yaml"
+"$VENV/bin/kubernetes-validate" --strict --quiet "$WORK/statefulset-tls.yaml"
+echo "ok: deploy/k8s/tls/statefulset-patch.yaml"
 
 echo "== artifacts: config template"
 "$NODE" check-config --config deploy/ftkv.toml --initial-cluster 1=127.0.0.1:7380

@@ -73,7 +73,7 @@ pub struct Config {
     /// on an empty data dir).
     pub initial_cluster: String,
     /// `new`: the lowest id of `initial_cluster` initializes the cluster. `existing`: join an
-    /// existing cluster (wait to be added with `member add-learner`).
+    /// existing cluster (wait to be added with `ftkvctl member add`).
     pub initial_cluster_state: ClusterState,
     /// Storage engine.
     pub engine: EngineConfig,

@@ -55,8 +55,9 @@ struct CertsArgs {
     /// Node certificates to issue (ids 1..=N).
     #[arg(long, default_value_t = 3)]
     nodes: u64,
-    /// Extra DNS names of node certificates, `{id}` replaced by the node id (repeatable), e.g.
-    /// `--host 'ftkv-{id}'`.
+    /// Extra DNS names of node certificates, `{id}` replaced by the node id and `{ordinal}` by
+    /// id - 1, a StatefulSet pod's ordinal (repeatable), e.g. `--host 'ftkv-{id}'`,
+    /// `--host 'ftkv-{ordinal}.ftkv-peer'`.
     #[arg(long = "host")]
     hosts: Vec<String>,
 }

@@ -23,6 +23,7 @@ pub mod bench;
 mod endpoint;
 pub mod hex;
 pub mod load;
+pub mod member;
 pub mod output;
 pub mod snapshot;
 pub mod txn_script;
@@ -176,7 +177,7 @@ pub enum Command {
     Upsert(UpsertArgs),
     /// Cluster membership.
     #[command(subcommand)]
-    Member(MemberCommand),
+    Member(member::MemberCommand),
     /// Node status.
     #[command(subcommand)]
     Endpoint(EndpointCommand),
@@ -228,41 +229,6 @@ pub struct UpsertOpArgs {
     /// Keep the byte-wise maximum of the value and this operand.
     #[arg(long)]
     pub max: Option<String>,
-}
-
-/// `member ...`.
-#[derive(Debug, Subcommand)]
-pub enum MemberCommand {
-    /// List voters and learners.
-    List,
-    /// Add a non-voting learner.
-    AddLearner {
-        /// New node id.
-        id: u64,
-        /// Its client endpoint (host:port).
-        client_endpoint: String,
-        /// Its peer endpoint (host:port).
-        peer_endpoint: String,
-    },
-    /// Change the client and peer endpoints of an existing member (etcd's `member update`).
-    Update {
-        /// Node id.
-        id: u64,
-        /// Its new client endpoint (host:port).
-        client_endpoint: String,
-        /// Its new peer endpoint (host:port).
-        peer_endpoint: String,
-    },
-    /// Turn a learner into a voter (refused until it has caught up with the leader).
-    Promote {
-        /// Node id.
-        id: u64,
-    },
-    /// Remove a voter or learner.
-    Remove {
-        /// Node id.
-        id: u64,
-    },
 }
 
 /// `endpoint ...`.
@@ -626,38 +592,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let info = client.upsert(arg_bytes(&args.key, hex, "key")?, op).await?;
             emit(write_ok(format, info).as_bytes())?;
         }
-        Command::Member(cmd) => {
-            let (message, membership) = match cmd {
-                MemberCommand::List => (None, client.members().await?),
-                MemberCommand::AddLearner {
-                    id,
-                    client_endpoint,
-                    peer_endpoint,
-                } => (
-                    Some(format!("Member {id} added as a learner")),
-                    client.add_learner(*id, client_endpoint, peer_endpoint).await?,
-                ),
-                MemberCommand::Update {
-                    id,
-                    client_endpoint,
-                    peer_endpoint,
-                } => (
-                    Some(format!("Member {id} updated")),
-                    client.update_member(*id, client_endpoint, peer_endpoint).await?,
-                ),
-                MemberCommand::Promote { id } => (
-                    Some(format!("Member {id} promoted to voter")),
-                    client.promote(*id).await?,
-                ),
-                MemberCommand::Remove { id } => {
-                    (Some(format!("Member {id} removed")), client.remove(*id).await?)
-                }
-            };
-            if let (Some(m), Format::Simple | Format::Table) = (&message, format) {
-                emit(m.as_bytes())?;
-            }
-            emit(output::membership(format, &membership).as_bytes())?;
-        }
+        Command::Member(cmd) => emit(member::run(&client, format, cmd, cli.timeout).await?.as_bytes())?,
         Command::Endpoint(EndpointCommand::Status { cluster, digest }) => {
             endpoint::status(&client, &cli, *cluster, *digest).await?;
         }

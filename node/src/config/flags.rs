@@ -110,6 +110,12 @@ pub struct ConfigFlags {
     /// server.drain_timeout_ms.
     #[arg(long, env = "FTKV_SERVER_DRAIN_TIMEOUT_MS")]
     pub server_drain_timeout_ms: Option<u64>,
+    /// space.disk_reserve_bytes: least free space kept on the data dir's disk (`0B`: none).
+    #[arg(long, env = "FTKV_SPACE_DISK_RESERVE_BYTES", value_parser = parse_size)]
+    pub space_disk_reserve_bytes: Option<ByteSize>,
+    /// space.check_interval_ms: how often the data dir and its disk are measured.
+    #[arg(long, env = "FTKV_SPACE_CHECK_INTERVAL_MS")]
+    pub space_check_interval_ms: Option<u64>,
     /// auth.token_ttl_ms: lifetime of the tokens this node issues.
     #[arg(long, env = "FTKV_AUTH_TOKEN_TTL_MS")]
     pub auth_token_ttl_ms: Option<u64>,
@@ -160,6 +166,8 @@ impl ConfigFlags {
         set!(self.server_keepalive_interval_ms => c.server.keepalive_interval_ms);
         set!(self.server_keepalive_timeout_ms => c.server.keepalive_timeout_ms);
         set!(self.server_drain_timeout_ms => c.server.drain_timeout_ms);
+        set!(self.space_disk_reserve_bytes => c.space.disk_reserve_bytes);
+        set!(self.space_check_interval_ms => c.space.check_interval_ms);
         set!(self.auth_token_ttl_ms => c.auth.token_ttl_ms);
         set!(self.log_format => c.logging.format);
         set!(self.log_level.clone() => c.logging.level);
@@ -206,6 +214,8 @@ mod tests {
             "--server-handshake-timeout-ms=5000",
             "--server-keepalive-interval-ms=20000",
             "--server-keepalive-timeout-ms=4000",
+            "--space-disk-reserve-bytes=0B",
+            "--space-check-interval-ms=100",
             "--auth-token-ttl-ms=60000",
         ])
         .unwrap();
@@ -230,6 +240,8 @@ mod tests {
         assert_eq!(c.server.file_descriptor_reserve, 64);
         assert_eq!(c.server.idle_timeout_ms, 60000);
         assert_eq!(c.server.handshake_timeout_ms, 5000);
+        assert_eq!(c.space.disk_reserve_bytes, ByteSize::b(0));
+        assert_eq!(c.space.check_interval_ms, 100);
         assert_eq!(c.server.keepalive_interval_ms, 20000);
         assert_eq!(c.server.keepalive_timeout_ms, 4000);
         assert_eq!(c.auth.token_ttl_ms, 60000);

@@ -36,7 +36,8 @@ impl PlaygroundTls {
     /// Creates the files for `nodes` nodes in `tls_dir`, unless they are all there already.
     /// Each node certificate names `ftkv-node-<i>` (its identity), `localhost`, `127.0.0.1`
     /// and every pattern of `hosts` with `{id}` replaced by the node id (`ftkv-{id}`: the
-    /// Compose service names).
+    /// Compose service names) and `{ordinal}` by id - 1 (`ftkv-{ordinal}.ftkv-peer`: the
+    /// StatefulSet's pods).
     pub fn prepare_in(tls_dir: &Path, nodes: u64, hosts: &[String]) -> anyhow::Result<Self> {
         let tls_dir = tls_dir.to_path_buf();
         let this = Self {
@@ -62,7 +63,10 @@ impl PlaygroundTls {
         for i in 1..=nodes {
             let name = node_name(i);
             let mut names = vec![name.clone(), "localhost".into(), "127.0.0.1".into()];
-            names.extend(hosts.iter().map(|h| h.replace("{id}", &i.to_string())));
+            names.extend(hosts.iter().map(|h| {
+                h.replace("{id}", &i.to_string())
+                    .replace("{ordinal}", &(i - 1).to_string())
+            }));
             ca.issue(&name, &names)?.write(&this.dir, &format!("node-{i}"))?;
         }
         ca.issue("ftkvctl", &["ftkvctl".into()])?
