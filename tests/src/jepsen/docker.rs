@@ -148,7 +148,9 @@ pub fn available(image: &str) -> Result<(), String> {
         ));
     }
     if !is_root() {
-        return Err("the docker substrate needs root (nsenter into the containers' network namespaces)".into());
+        return Err(
+            "the docker substrate needs root (nsenter into the containers' network namespaces)".into(),
+        );
     }
     for tool in ["nsenter", "iptables"] {
         if !on_path(tool) {
@@ -292,8 +294,17 @@ impl DockerCluster {
             let subnet = format!("10.214.{s}.0/24");
             let gateway = format!("10.214.{s}.254");
             match docker(&[
-                "network", "create", "--driver", "bridge", "--subnet", &subnet, "--gateway", &gateway,
-                "--label", &label, &self.tag,
+                "network",
+                "create",
+                "--driver",
+                "bridge",
+                "--subnet",
+                &subnet,
+                "--gateway",
+                &gateway,
+                "--label",
+                &label,
+                &self.tag,
             ]) {
                 Ok(_) => {
                     *self.network_created.lock().unwrap_or_else(|e| e.into_inner()) = true;
@@ -385,7 +396,8 @@ impl DockerCluster {
 
     /// `docker inspect` of `container` with `format`.
     fn inspect(&self, container: &str, format: &str) -> Result<String, DockerError> {
-        docker(&["inspect", "--type", "container", "--format", format, container]).map(|s| s.trim().to_string())
+        docker(&["inspect", "--type", "container", "--format", format, container])
+            .map(|s| s.trim().to_string())
     }
 
     /// Starts node `id` (again): `docker run` the first time, then `docker start`.
@@ -429,16 +441,26 @@ impl DockerCluster {
             ("FTKV_ID".into(), id.to_string()),
             ("FTKV_DATA_DIR".into(), "/data".into()),
             ("FTKV_LISTEN_CLIENT".into(), format!("0.0.0.0:{CLIENT_PORT}")),
-            ("FTKV_ADVERTISE_CLIENT".into(), format!("{}:{CLIENT_PORT}", n.addr)),
+            (
+                "FTKV_ADVERTISE_CLIENT".into(),
+                format!("{}:{CLIENT_PORT}", n.addr),
+            ),
             ("FTKV_LISTEN_PEER".into(), format!("0.0.0.0:{PEER_PORT}")),
-            ("FTKV_ADVERTISE_PEER".into(), format!("{}:{PEER_PORT}", n.container)),
+            (
+                "FTKV_ADVERTISE_PEER".into(),
+                format!("{}:{PEER_PORT}", n.container),
+            ),
             ("FTKV_LISTEN_STATUS".into(), format!("0.0.0.0:{STATUS_PORT}")),
             ("FTKV_INITIAL_CLUSTER".into(), initial_cluster),
             ("FTKV_INITIAL_CLUSTER_STATE".into(), n.initial_state.into()),
             ("RUST_LOG".into(), rust_log),
         ];
         let id_text = id.to_string();
-        env.extend(self.env.iter().map(|(k, v)| (k.clone(), v.replace("{id}", &id_text))));
+        env.extend(
+            self.env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.replace("{id}", &id_text))),
+        );
         let owner = format!("{OWNER_LABEL}={}", std::process::id());
         let mut args: Vec<String> = [
             "run",

@@ -392,7 +392,11 @@ mod tests {
         // --time-limit 25s --substrate docker --seed 29`; the runner seeds the schedule with
         // `seed ^ 0x9e37_79b9_7f4a_7c15`. If the schedule changes, pick another seed there.
         let kinds = [NemesisKind::Kill, NemesisKind::Pause, NemesisKind::Partition];
-        let plan = schedule(&kinds, 25_000, &mut StdRng::seed_from_u64(29 ^ 0x9e37_79b9_7f4a_7c15));
+        let plan = schedule(
+            &kinds,
+            25_000,
+            &mut StdRng::seed_from_u64(29 ^ 0x9e37_79b9_7f4a_7c15),
+        );
         for k in kinds {
             assert!(
                 plan.iter().any(|p| p.fault.kind() == k),
