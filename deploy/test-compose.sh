@@ -17,6 +17,9 @@
 # every port on TLS with client certificates): the same steps with ftkvctl's --cacert --cert
 # --key, and a plaintext client refused first.
 #
+# FTKV_COMPOSE_TEST_IMAGE=NAME:TAG uses that image (already built, e.g. by .ci/run for its other
+# container steps) instead of building one; it is then left in place.
+#
 # A trap removes the project's containers, network, volumes and the test image on any exit;
 # the whole run is bounded by FTKV_COMPOSE_TEST_TIMEOUT_S (default 600 s). Compose: `docker
 # compose` (v2) when present, else `docker-compose` (1.29); FTKV_COMPOSE overrides.
@@ -38,7 +41,7 @@ done
 limit_s="${FTKV_COMPOSE_TEST_TIMEOUT_S:-600}"
 deadline=$((SECONDS + limit_s))
 project="ftkvtest$$"
-image="ftkv-test:$$"
+image="${FTKV_COMPOSE_TEST_IMAGE:-ftkv-test:$$}"
 files=(-f deploy/docker-compose.yml)
 tls_flags=()
 if [ "$tls" = 1 ]; then
@@ -81,7 +84,7 @@ cleanup() {
   [ -z "$ids" ] || timeout 60 docker network rm $ids >/dev/null 2>&1 || true
   ids="$(left volume || true)"
   [ -z "$ids" ] || timeout 60 docker volume rm -f $ids >/dev/null 2>&1 || true
-  timeout 60 docker image rm -f "$image" >/dev/null 2>&1 || true
+  [ -n "${FTKV_COMPOSE_TEST_IMAGE:-}" ] || timeout 60 docker image rm -f "$image" >/dev/null 2>&1 || true
   exit "$rc"
 }
 trap cleanup EXIT
@@ -135,8 +138,13 @@ leader_from() {
   awk -F', ' '$5 == "true" { print $2 }' <<<"$out" | { read -r id && ! read -r _ && echo "$id"; }
 }
 
-log "image: deploy/build-image.sh --profile $profile $build_flag --tag $image"
-deploy/build-image.sh --profile "$profile" $build_flag --tag "$image"
+if [ -n "${FTKV_COMPOSE_TEST_IMAGE:-}" ]; then
+  log "image: $image (FTKV_COMPOSE_TEST_IMAGE, built before)"
+  timeout 60 docker image inspect "$image" >/dev/null || fail "FTKV_COMPOSE_TEST_IMAGE=$image does not exist"
+else
+  log "image: deploy/build-image.sh --profile $profile $build_flag --tag $image"
+  deploy/build-image.sh --profile "$profile" $build_flag --tag "$image"
+fi
 if timeout 60 docker run --rm --entrypoint /bin/sh "$image" -c true >/dev/null 2>&1; then
   fail "the image has a shell"
 fi

@@ -3,6 +3,7 @@
 //! ```text
 //! ftkv-jepsen test --workload register --nemesis partition,kill,pause --time-limit 60s
 //! ftkv-jepsen scenario tests/scenarios/
+//! ftkv-jepsen test --workload register --nemesis kill,pause,partition --substrate docker --image ftkv:dev
 //! ftkv-jepsen check store/latest/history.jsonl --checker linearizable
 //! ftkv-jepsen cleanup
 //! ```
@@ -17,7 +18,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use ftkv_tests::jepsen::checker::{CheckResult, Verdict};
-use ftkv_tests::jepsen::db::SubstrateKind;
+use ftkv_tests::jepsen::db::{SubstrateKind, DEFAULT_DOCKER_IMAGE};
 use ftkv_tests::jepsen::history::History;
 use ftkv_tests::jepsen::nemesis::NemesisKind;
 use ftkv_tests::jepsen::runner::{self, TestOptions, TestOutcome};
@@ -50,6 +51,9 @@ enum Command {
         /// Where the nodes run.
         #[arg(long, value_enum, default_value = "netns")]
         substrate: SubstrateKind,
+        /// Image of the docker substrate's containers (deploy/build-image.sh builds it).
+        #[arg(long, env = "FTKV_JEPSEN_IMAGE", default_value = DEFAULT_DOCKER_IMAGE)]
+        image: String,
         /// Concurrent client workers.
         #[arg(long, default_value_t = 5)]
         concurrency: usize,
@@ -82,6 +86,9 @@ enum Command {
         /// Override every scenario's substrate.
         #[arg(long, value_enum)]
         substrate: Option<SubstrateKind>,
+        /// Image of the docker substrate's containers (deploy/build-image.sh builds it).
+        #[arg(long, env = "FTKV_JEPSEN_IMAGE", default_value = DEFAULT_DOCKER_IMAGE)]
+        image: String,
     },
     /// Re-check a recorded history offline.
     Check {
@@ -91,7 +98,9 @@ enum Command {
         #[arg(long)]
         checker: String,
     },
-    /// Remove namespaces and bridges left by a killed harness (names `fj*`; also a running one's).
+    /// Remove namespaces and bridges left by a killed harness (names `fj*`; also a running one's),
+    /// and the containers and networks of docker-substrate runs whose harness is gone
+    /// (`ftkv-jepsen-*`).
     Cleanup,
 }
 
@@ -150,6 +159,7 @@ async fn real_main() -> i32 {
             nemesis,
             time_limit,
             substrate,
+            image,
             concurrency,
             seed,
             rate,
@@ -192,6 +202,7 @@ async fn real_main() -> i32 {
             o.nemeses = nemeses;
             o.time_limit_ms = limit.as_millis() as u64;
             o.substrate = substrate;
+            o.docker_image = image;
             o.concurrency = concurrency;
             o.seed = seed;
             o.rate = rate;
@@ -205,6 +216,7 @@ async fn real_main() -> i32 {
             path,
             store,
             substrate,
+            image,
         } => {
             let files = match scenario::scenario_files(&path) {
                 Ok(f) if !f.is_empty() => f,
@@ -233,7 +245,8 @@ async fn real_main() -> i32 {
                     }
                 };
                 println!("ftkv-jepsen: scenario {} ({})", s.name, f.display());
-                let o = s.test_options(&store, substrate);
+                let mut o = s.test_options(&store, substrate);
+                o.docker_image.clone_from(&image);
                 let (code, verdict) = run_one(&o, interrupted.clone()).await;
                 if code != 0 {
                     println!("  replay: ftkv-jepsen scenario {}", f.display());
@@ -284,7 +297,8 @@ async fn real_main() -> i32 {
             }
         }
         Command::Cleanup => {
-            let removed = ftkv_tests::jepsen::netns::cleanup_leftovers();
+            let mut removed = ftkv_tests::jepsen::netns::cleanup_leftovers();
+            removed.extend(ftkv_tests::jepsen::docker::cleanup_leftovers(false));
             println!("removed {} leftover(s): {}", removed.len(), removed.join(" "));
             0
         }

@@ -1,8 +1,9 @@
 //! Jepsen's `db`: a three-node cluster on a substrate, with the process and network faults the
 //! nemeses need. `local` reuses the cluster fixture ([`crate::fixture::Cluster`], loopback
-//! processes: kill and pause only); `netns` is [`NetnsCluster`] (namespaces, partitions).
+//! processes: kill and pause only); `netns` is [`NetnsCluster`] (namespaces, partitions);
+//! `docker` is [`DockerCluster`] (containers of the ftkv image, partitions; no `clock`).
 //!
-//! Node modes for two nemeses, on both substrates: `lose_unsynced_on_kill` starts every node with
+//! Node modes for two nemeses (`fake_clock` not on `docker`): `lose_unsynced_on_kill` starts every node with
 //! `--unsafe-lose-unsynced-on-kill` (a SIGKILL then loses what was not fsynced), and `fake_clock`
 //! starts every node under libfaketime (`LD_PRELOAD`) reading its offset from a per-node file
 //! `<dir>/clock/n<ID>.faketime` that [`Db::set_clock`] rewrites. libfaketime fakes
@@ -19,6 +20,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::fixture::{Binaries, Cluster, ClusterOptions};
+use crate::jepsen::docker::DockerCluster;
 use crate::jepsen::netns::NetnsCluster;
 
 /// Substrate names.
@@ -29,7 +31,23 @@ pub enum SubstrateKind {
     Netns,
     /// Loopback processes (kill and pause only).
     Local,
+    /// Containers of the ftkv image on a network of their own (root, Docker, iptables).
+    Docker,
 }
+
+impl SubstrateKind {
+    /// Command-line name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            SubstrateKind::Netns => "netns",
+            SubstrateKind::Local => "local",
+            SubstrateKind::Docker => "docker",
+        }
+    }
+}
+
+/// Image of the `docker` substrate when none is given (`--image`, `FTKV_JEPSEN_IMAGE`).
+pub const DEFAULT_DOCKER_IMAGE: &str = "ftkv:latest";
 
 /// Errors of the db layer, with the substrate's message.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +63,7 @@ pub enum DbError {
 enum Inner {
     Local(Cluster),
     Netns(NetnsCluster),
+    Docker(DockerCluster),
 }
 
 /// Node flag of the `lose-unsynced` node mode.
@@ -126,8 +145,10 @@ pub struct DbOptions {
     /// `node_args` has the flag).
     pub lose_unsynced_on_kill: bool,
     /// Start nodes under libfaketime with per-node clock files (nemesis `clock`); setup fails
-    /// with "install faketime" when the library is missing.
+    /// with "install faketime" when the library is missing (and on `docker`: unsupported).
     pub fake_clock: bool,
+    /// Image of the `docker` substrate's containers.
+    pub docker_image: String,
 }
 
 impl Db {
@@ -140,6 +161,12 @@ impl Db {
             node_args.push(LOSE_UNSYNCED_FLAG.into());
         }
         let mut env = Vec::new();
+        if options.fake_clock && options.substrate == SubstrateKind::Docker {
+            return Err(DbError::Unsupported(
+                "the clock nemesis preloads the host's libfaketime into node processes: not on the docker substrate"
+                    .into(),
+            ));
+        }
         let clock_dir = if options.fake_clock {
             let lib = find_libfaketime()?;
             let dir = options.dir.join("clock");
@@ -189,6 +216,21 @@ impl Db {
                 .map_err(sub)?;
                 Inner::Netns(cluster)
             }
+            SubstrateKind::Docker => {
+                let dir = options.dir.clone();
+                let n = options.nodes;
+                let image = options.docker_image.clone();
+                let cluster = tokio::task::spawn_blocking(move || {
+                    DockerCluster::start(n, &dir, &image, node_args, env)
+                })
+                .await
+                .map_err(sub)?
+                .map_err(|e| match e {
+                    crate::jepsen::docker::DockerError::Unavailable(m) => DbError::Unsupported(m),
+                    e => sub(e),
+                })?;
+                Inner::Docker(cluster)
+            }
         };
         let db = Db {
             inner,
@@ -206,6 +248,7 @@ impl Db {
         match self.inner {
             Inner::Local(_) => SubstrateKind::Local,
             Inner::Netns(_) => SubstrateKind::Netns,
+            Inner::Docker(_) => SubstrateKind::Docker,
         }
     }
 
@@ -241,6 +284,7 @@ impl Db {
         match &self.inner {
             Inner::Local(c) => c.endpoint(id).map_err(sub),
             Inner::Netns(c) => c.endpoint(id).map_err(sub),
+            Inner::Docker(c) => c.endpoint(id).map_err(sub),
         }
     }
 
@@ -257,6 +301,7 @@ impl Db {
         match &self.inner {
             Inner::Local(c) => c.data_dir(id).map_err(sub),
             Inner::Netns(c) => c.data_dir(id).map_err(sub),
+            Inner::Docker(c) => c.data_dir(id).map_err(sub),
         }
     }
 
@@ -265,6 +310,7 @@ impl Db {
         match &self.inner {
             Inner::Local(c) => c.node(id).map(|n| n.log_path).map_err(sub),
             Inner::Netns(c) => c.log_path(id).map_err(sub),
+            Inner::Docker(c) => c.log_path(id).map_err(sub),
         }
     }
 
@@ -278,6 +324,7 @@ impl Db {
                 c.kill(id).map_err(sub)
             }
             Inner::Netns(c) => c.kill(id).map_err(sub),
+            Inner::Docker(c) => c.kill(id).map_err(sub),
         }
     }
 
@@ -286,6 +333,7 @@ impl Db {
         match &self.inner {
             Inner::Local(c) => c.restart(id).map_err(sub),
             Inner::Netns(c) => c.restart(id).map_err(sub),
+            Inner::Docker(c) => c.restart(id).map_err(sub),
         }
     }
 
@@ -294,6 +342,7 @@ impl Db {
         match &self.inner {
             Inner::Local(c) => c.is_running(id),
             Inner::Netns(c) => c.is_running(id),
+            Inner::Docker(c) => c.is_running(id),
         }
     }
 
@@ -302,6 +351,7 @@ impl Db {
         match &self.inner {
             Inner::Local(c) => c.pause(id).map_err(sub),
             Inner::Netns(c) => c.pause(id).map_err(sub),
+            Inner::Docker(c) => c.pause(id).map_err(sub),
         }
     }
 
@@ -310,14 +360,18 @@ impl Db {
         match &self.inner {
             Inner::Local(c) => c.resume(id).map_err(sub),
             Inner::Netns(c) => c.resume(id).map_err(sub),
+            Inner::Docker(c) => c.resume(id).map_err(sub),
         }
     }
 
-    /// Network partition into `groups` (netns only).
+    /// Network partition into `groups` (netns and docker).
     pub fn partition(&self, groups: &[Vec<u64>]) -> Result<(), DbError> {
         match &self.inner {
-            Inner::Local(_) => Err(DbError::Unsupported("partitions need the netns substrate".into())),
+            Inner::Local(_) => Err(DbError::Unsupported(
+                "partitions need the netns or docker substrate".into(),
+            )),
             Inner::Netns(c) => c.partition(groups).map_err(sub),
+            Inner::Docker(c) => c.partition(groups).map_err(sub),
         }
     }
 
@@ -326,6 +380,7 @@ impl Db {
         match &self.inner {
             Inner::Local(_) => Ok(()),
             Inner::Netns(c) => c.heal().map_err(sub),
+            Inner::Docker(c) => c.heal().map_err(sub),
         }
     }
 
@@ -334,6 +389,7 @@ impl Db {
         match &self.inner {
             Inner::Local(c) => c.wipe(id).map_err(sub),
             Inner::Netns(c) => c.wipe(id).map_err(sub),
+            Inner::Docker(c) => c.wipe(id).map_err(sub),
         }
     }
 
@@ -355,6 +411,14 @@ impl Db {
                 Ok((id, info.client_addr, info.peer_addr))
             }
             Inner::Netns(c) => {
+                c.add_node(id).map_err(sub)?;
+                Ok((
+                    id,
+                    c.endpoint(id).map_err(sub)?,
+                    c.peer_endpoint(id).map_err(sub)?,
+                ))
+            }
+            Inner::Docker(c) => {
                 c.add_node(id).map_err(sub)?;
                 Ok((
                     id,
@@ -385,6 +449,7 @@ impl Db {
         match &self.inner {
             Inner::Local(c) => c.ids(),
             Inner::Netns(c) => c.ids(),
+            Inner::Docker(c) => c.ids(),
         }
     }
 
@@ -442,6 +507,7 @@ impl Db {
                 }
             }
             Inner::Netns(c) => c.teardown(),
+            Inner::Docker(c) => c.teardown(),
         }
     }
 }

@@ -7,12 +7,13 @@
 //! [`scenario`] (scripted runs from `tests/scenarios/*.toml`), [`workload`] (seeded op generators
 //! and their execution through `ftkv-client`), [`nemesis`] (faults and their seeded schedule),
 //! [`db`] (the cluster on a substrate: [`crate::fixture`] for `local`, [`netns`] for network
-//! namespaces), [`history`] (the JSON-lines history), [`checker`] (pure, unit-tested checkers) and
+//! namespaces, [`docker`] for containers of the ftkv image), [`history`] (the JSON-lines history), [`checker`] (pure, unit-tested checkers) and
 //! [`report`] (timeline and plots). The binary is `ftkv-jepsen` (`src/bin/ftkv-jepsen.rs`); usage
 //! in `tests/scenarios/README.md`.
 
 pub mod checker;
 pub mod db;
+pub mod docker;
 pub mod history;
 pub mod nemesis;
 pub mod netns;

@@ -63,6 +63,13 @@ pub struct TestOptions {
     pub script: Option<Vec<Step>>,
     /// Checkers to run; `None` = the workload's own plus convergence and liveness.
     pub checks: Option<Vec<String>>,
+    /// Image of the `docker` substrate's containers.
+    #[serde(default = "default_docker_image")]
+    pub docker_image: String,
+}
+
+fn default_docker_image() -> String {
+    db::DEFAULT_DOCKER_IMAGE.to_string()
 }
 
 impl TestOptions {
@@ -84,6 +91,7 @@ impl TestOptions {
             op_timeout_ms: 10_000,
             script: None,
             checks: None,
+            docker_image: default_docker_image(),
         }
     }
 
@@ -95,14 +103,14 @@ impl TestOptions {
             self.workload.name(),
             if nemeses.is_empty() { "none".to_string() } else { nemeses.join(",") },
             self.time_limit_ms / 1000,
-            match self.substrate {
-                SubstrateKind::Netns => "netns",
-                SubstrateKind::Local => "local",
-            },
+            self.substrate.name(),
             self.concurrency,
             self.seed,
             self.rate
         );
+        if self.substrate == SubstrateKind::Docker {
+            cmd.push_str(&format!(" --image {}", self.docker_image));
+        }
         for a in &self.node_args {
             cmd.push_str(&format!(" --node-arg={a}"));
         }
@@ -286,7 +294,10 @@ pub async fn run_test(
         node_args: options.node_args.clone(),
         dir: dir.join("nodes"),
         lose_unsynced_on_kill: kinds.contains(&NemesisKind::LoseUnsynced),
-        fake_clock: kinds.contains(&NemesisKind::Clock),
+        // Not where the substrate cannot skew clocks: the fault is then reported `unsupported`.
+        fake_clock: kinds.contains(&NemesisKind::Clock)
+            && NemesisKind::Clock.unsupported_reason(options.substrate).is_none(),
+        docker_image: options.docker_image.clone(),
     };
     let db = Arc::new(
         Db::start(&db_options, Duration::from_secs(60))

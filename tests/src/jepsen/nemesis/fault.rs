@@ -69,10 +69,16 @@ impl NemesisKind {
 
     /// Why this fault cannot run on `db`, if it cannot.
     pub fn unsupported_reason(&self, substrate: crate::jepsen::db::SubstrateKind) -> Option<String> {
+        use crate::jepsen::db::SubstrateKind;
         match self {
-            NemesisKind::Partition if substrate == crate::jepsen::db::SubstrateKind::Local => {
-                Some("partitions need the netns substrate".into())
+            NemesisKind::Partition if substrate == SubstrateKind::Local => {
+                Some("partitions need the netns or docker substrate".into())
             }
+            NemesisKind::Clock if substrate == SubstrateKind::Docker => Some(
+                "the clock nemesis preloads the host's libfaketime into node processes: not on the docker \
+                 substrate (use netns or local)"
+                    .into(),
+            ),
             _ => None,
         }
     }
@@ -359,6 +365,17 @@ mod tests {
             NemesisKind::LoseUnsynced.unsupported_reason(crate::jepsen::db::SubstrateKind::Local),
             None
         );
+        assert_eq!(
+            NemesisKind::LoseUnsynced.unsupported_reason(crate::jepsen::db::SubstrateKind::Docker),
+            None
+        );
+        assert!(NemesisKind::Clock
+            .unsupported_reason(crate::jepsen::db::SubstrateKind::Docker)
+            .is_some_and(|r| r.contains("docker")));
+        assert_eq!(
+            NemesisKind::Partition.unsupported_reason(crate::jepsen::db::SubstrateKind::Docker),
+            None
+        );
     }
 
     #[test]
@@ -367,5 +384,25 @@ mod tests {
         assert_eq!(clock_offset_spec(1500), "+1.500s");
         assert_eq!(clock_offset_spec(-250), "-0.250s");
         assert_eq!(clock_offset_spec(-3000), "-3.000s");
+    }
+
+    #[test]
+    fn the_ci_docker_run_draws_every_fault_kind() {
+        // .ci/run: `ftkv-jepsen test --workload register --nemesis kill,pause,partition
+        // --time-limit 25s --substrate docker --seed 29`; the runner seeds the schedule with
+        // `seed ^ 0x9e37_79b9_7f4a_7c15`. If the schedule changes, pick another seed there.
+        let kinds = [NemesisKind::Kill, NemesisKind::Pause, NemesisKind::Partition];
+        let plan = schedule(
+            &kinds,
+            25_000,
+            &mut StdRng::seed_from_u64(29 ^ 0x9e37_79b9_7f4a_7c15),
+        );
+        for k in kinds {
+            assert!(
+                plan.iter().any(|p| p.fault.kind() == k),
+                "seed 29 draws no {} in 25 s: {plan:?}",
+                k.name()
+            );
+        }
     }
 }

@@ -6,7 +6,7 @@
 //! name = "leader-partition-stale-read"
 //! description = "Consul 54: ..."
 //! seed = 6
-//! substrate = "netns"          # or "local" (default)
+//! substrate = "netns"          # or "local" (default), "docker"
 //! workload = "register"        # background traffic (default register)
 //! concurrency = 3
 //! rate = 20.0
