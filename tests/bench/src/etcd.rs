@@ -152,6 +152,13 @@ impl EtcdCluster {
     }
 }
 
+impl EtcdCluster {
+    /// Process ids of the three members.
+    pub fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(Child::id).collect()
+    }
+}
+
 impl Drop for EtcdCluster {
     fn drop(&mut self) {
         for c in &mut self.children {

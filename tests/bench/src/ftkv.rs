@@ -83,6 +83,11 @@ impl FtkvCluster {
         self.dir.path()
     }
 
+    /// Process id of the playground process (the node processes are its children).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// A client over every endpoint.
     pub async fn client(&self) -> anyhow::Result<ftkv_client::Client> {
         Ok(ftkv_client::Client::builder()

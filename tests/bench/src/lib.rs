@@ -6,6 +6,8 @@
 //! - `ftkv-bench engine`: the storage engines (fractal, sled, fjall) in-process.
 //! - `ftkv-bench restart`: the write pause of a rolling restart vs a crash failover.
 //! - `ftkv-bench bulk`: the bulk load (`ftkvctl load`) vs the same rows by `Put`, in the cluster.
+//! - `ftkv-bench sysbench-insert`: the seed's sysbench random inserts against ftkv, etcd and
+//!   MariaDB semi-sync (one master, two slaves) driven by Debian's `sysbench`.
 //!
 //! Depends on ftkv's client and engine crates and on the systems it compares against; nothing
 //! in ftkv depends on it.
@@ -15,11 +17,15 @@
 //! request in an HDR histogram, and per second for the latency-over-time plot.
 
 pub mod bulk;
+pub mod cpu;
 pub mod engine;
 pub mod etcd;
 pub mod ftkv;
+pub mod mariadb;
 pub mod plot;
+pub mod ports;
 pub mod restart;
+pub mod sysbench;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -129,6 +135,8 @@ pub struct Second {
     pub ops: u64,
     /// Median latency (ms).
     pub p50_ms: f64,
+    /// 95th percentile latency (ms).
+    pub p95_ms: f64,
     /// 99th percentile latency (ms).
     pub p99_ms: f64,
 }
@@ -160,25 +168,48 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 120_000_000, 3).expect("valid histogram bounds")
 }
 
-/// Runs `load` against `target`, printing a progress line per second on stderr.
+/// Runs `load` against `target`, printing a progress line per second on stderr: random keys
+/// `bench/<12 digits>` from `key_space`, values of `value_size` bytes, half random.
 pub async fn run_load(target: &Target, load: &Load, run: u64) -> RunResult {
-    let seconds = load.duration.as_secs().max(1) as usize;
+    let (key_space, value_size) = (load.key_space, load.value_size);
+    let make = move |rng: &mut rand::rngs::StdRng| {
+        let key = format!("bench/{:012}", rng.gen_range(0..key_space)).into_bytes();
+        let mut value = vec![0u8; value_size];
+        rng.fill(&mut value[..value_size / 2]);
+        (key, value)
+    };
+    run_puts(target, load.clients, load.duration, load.seed, run, make).await
+}
+
+/// Runs `clients` concurrent tasks against `target` for `duration`, each issuing one put at a
+/// time of the key and value `make` draws from the task's own RNG (seeded from `seed` and the
+/// task number), printing a progress line per second on stderr.
+pub async fn run_puts<F>(
+    target: &Target,
+    clients: u64,
+    duration: Duration,
+    seed: u64,
+    run: u64,
+    make: F,
+) -> RunResult
+where
+    F: Fn(&mut rand::rngs::StdRng) -> (Vec<u8>, Vec<u8>) + Clone + Send + 'static,
+{
+    let seconds = duration.as_secs().max(1) as usize;
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for task in 0..load.clients {
+    for task in 0..clients {
         let (target, stop, done, errors) = (target.clone(), stop.clone(), done.clone(), errors.clone());
-        let load = load.clone();
+        let make = make.clone();
         tasks.push(tokio::spawn(async move {
-            let mut rng = rand::rngs::StdRng::seed_from_u64(load.seed ^ (task + 1).wrapping_mul(0x9E37_79B9));
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (task + 1).wrapping_mul(0x9E37_79B9));
             let mut total = histogram();
             let mut per_second: Vec<Histogram<u64>> = (0..seconds + 1).map(|_| histogram()).collect();
             while !stop.load(Ordering::Relaxed) {
-                let key = format!("bench/{:012}", rng.gen_range(0..load.key_space)).into_bytes();
-                let mut value = vec![0u8; load.value_size];
-                rng.fill(&mut value[..load.value_size / 2]);
+                let (key, value) = make(&mut rng);
                 let t = Instant::now();
                 match target.put(key, value).await {
                     Ok(()) => {
@@ -224,6 +255,13 @@ pub async fn run_load(target: &Target, load: &Load, run: u64) -> RunResult {
         }
     }
     let ops = total.len();
+    let quantile_ms = |h: &Histogram<u64>, q: f64| {
+        if h.is_empty() {
+            0.0
+        } else {
+            h.value_at_quantile(q) as f64 / 1000.0
+        }
+    };
     let series = per_second
         .iter()
         .take(seconds)
@@ -231,16 +269,9 @@ pub async fn run_load(target: &Target, load: &Load, run: u64) -> RunResult {
         .map(|(t, h)| Second {
             t: t as u64,
             ops: h.len(),
-            p50_ms: if h.is_empty() {
-                0.0
-            } else {
-                h.value_at_quantile(0.5) as f64 / 1000.0
-            },
-            p99_ms: if h.is_empty() {
-                0.0
-            } else {
-                h.value_at_quantile(0.99) as f64 / 1000.0
-            },
+            p50_ms: quantile_ms(h, 0.5),
+            p95_ms: quantile_ms(h, 0.95),
+            p99_ms: quantile_ms(h, 0.99),
         })
         .collect();
     RunResult {

@@ -22,6 +22,12 @@
 //! engine and Raft log on disk, and writes `DIR/results.json` (every run, medians, the ratio bulk
 //! rows/s ÷ row-by-row rows/s, sizes against the text) and `DIR/bulk.svg` (see
 //! `ftkv_bench::bulk`).
+//!
+//! `ftkv-bench sysbench-insert --targets ftkv,etcd,mariadb-semisync,mariadb-semisync-durable
+//! --clients 128 --duration 60s --runs 3 --out DIR` runs the seed's sysbench random inserts
+//! (8 tables of `sbtest` rows, random ids) against each target, MariaDB semi-sync through
+//! Debian's `sysbench oltp_insert`, and writes `DIR/results.json` and charts (see
+//! `ftkv_bench::sysbench`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -121,6 +127,8 @@ enum Cmd {
     Restart(bench::restart::RestartArgs),
     /// Bulk load (`ftkvctl load`) vs the same rows by `Put`, through three-node clusters.
     Bulk(bench::bulk::BulkArgs),
+    /// The seed's sysbench random inserts: ftkv, etcd and MariaDB semi-sync (via `sysbench`).
+    SysbenchInsert(bench::sysbench::SysbenchArgs),
     /// Internal: one engine run, started by `engine` (not for direct use).
     #[command(hide = true)]
     EngineChild {
@@ -203,6 +211,9 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::Restart(args) => tokio::runtime::Runtime::new()?.block_on(bench::restart::run(&args)),
         Cmd::Bulk(args) => tokio::runtime::Runtime::new()?.block_on(bench::bulk::run(&args)),
+        Cmd::SysbenchInsert(args) => {
+            tokio::runtime::Runtime::new()?.block_on(bench::sysbench::run(&args))
+        }
         cluster @ Cmd::Cluster { .. } => tokio::runtime::Runtime::new()?.block_on(run_cluster(cluster)),
     }
 }
