@@ -20,11 +20,12 @@ use crate::jepsen::checker::bank::BankOptions;
 use crate::jepsen::checker::convergence::{check_convergence, check_liveness, NodeFinalState};
 use crate::jepsen::checker::linearizable::LinearizableOptions;
 use crate::jepsen::checker::{self, CheckResult, Verdict};
-use crate::jepsen::db::{self, Db, DbOptions, SubstrateKind};
+use crate::jepsen::db::{Db, DbOptions, SubstrateKind};
 use crate::jepsen::history::{History, Op, OpType, Process, Recorder};
 use crate::jepsen::nemesis::{self, Nemesis, NemesisKind};
 use crate::jepsen::report;
 use crate::jepsen::scenario::{self, Step};
+use crate::jepsen::security::SecurityOptions;
 use crate::jepsen::workload::{self, Workload, WorkloadKind, WorkloadOptions};
 
 /// Liveness bound after the final heal, ms.
@@ -63,6 +64,9 @@ pub struct TestOptions {
     pub script: Option<Vec<Step>>,
     /// Checkers to run; `None` = the workload's own plus convergence and liveness.
     pub checks: Option<Vec<String>>,
+    /// TLS and auth of the cluster and the harness's clients (off by default).
+    #[serde(default)]
+    pub security: SecurityOptions,
 }
 
 impl TestOptions {
@@ -84,6 +88,7 @@ impl TestOptions {
             op_timeout_ms: 10_000,
             script: None,
             checks: None,
+            security: SecurityOptions::default(),
         }
     }
 
@@ -103,6 +108,7 @@ impl TestOptions {
             self.seed,
             self.rate
         );
+        cmd.push_str(&self.security.flags());
         for a in &self.node_args {
             cmd.push_str(&format!(" --node-arg={a}"));
         }
@@ -211,8 +217,10 @@ fn make_run_dir(store: &Path, name: &str) -> Result<PathBuf, HarnessError> {
     Ok(dir)
 }
 
-/// Builds a client whose first endpoint is `first` (workers spread over nodes that way).
+/// Builds a workload client (TLS and the workload user when the run has them) whose first
+/// endpoint is `first` (workers spread over nodes that way).
 async fn client_for(
+    db: &Db,
     endpoints: &[String],
     first: usize,
     op_timeout: Duration,
@@ -222,8 +230,7 @@ async fn client_for(
         let n = eps.len();
         eps.rotate_left(first % n);
     }
-    ftkv_client::Client::builder()
-        .endpoints(eps)
+    db.client_builder(eps)
         .connect_timeout(Duration::from_secs(2))
         .request_timeout(op_timeout.min(Duration::from_secs(5)))
         .retry(ftkv_client::RetryPolicy {
@@ -287,6 +294,7 @@ pub async fn run_test(
         dir: dir.join("nodes"),
         lose_unsynced_on_kill: kinds.contains(&NemesisKind::LoseUnsynced),
         fake_clock: kinds.contains(&NemesisKind::Clock),
+        security: options.security,
     };
     let db = Arc::new(
         Db::start(&db_options, Duration::from_secs(60))
@@ -310,7 +318,7 @@ async fn run_with_db(
     let endpoints = db.endpoints();
     let kind = options.workload;
     if kind == WorkloadKind::Bank {
-        let client = client_for(&endpoints, 0, op_timeout)
+        let client = client_for(db, &endpoints, 0, op_timeout)
             .await
             .map_err(HarnessError::Setup)?;
         workload::bank_setup(&client, &options.workload_options, Duration::from_secs(30))
@@ -361,10 +369,10 @@ async fn run_with_db(
                         return;
                     };
                     pinned = ep;
-                    client = client_for(std::slice::from_ref(&pinned), 0, op_timeout)
+                    client = client_for(&db, std::slice::from_ref(&pinned), 0, op_timeout)
                         .await
                         .ok();
-                    read_client = client_for(std::slice::from_ref(&pinned), 0, op_timeout)
+                    read_client = client_for(&db, std::slice::from_ref(&pinned), 0, op_timeout)
                         .await
                         .ok();
                 }
@@ -488,7 +496,7 @@ async fn run_with_db(
     nemesis.lock().await.heal_all().await;
     let heal_at = Instant::now();
     let mut finals = liveness_probe(db, heal_at).await;
-    let final_client = client_for(&db.endpoints(), 0, op_timeout).await;
+    let final_client = client_for(db, &db.endpoints(), 0, op_timeout).await;
     if let Ok(client) = &final_client {
         let wl = generator.lock().await.0.final_ops();
         let process = recorder.new_process();
@@ -577,7 +585,7 @@ async fn liveness_probe(db: &Db, heal_at: Instant) -> Vec<NodeFinalState> {
         };
         let Ok(ep) = db.endpoint(id) else { continue };
         while heal_at.elapsed() < Duration::from_millis(LIVENESS_BOUND_MS + 5_000) {
-            match db::status(&ep, false, Duration::from_secs(2)).await {
+            match db.status(&ep, false, Duration::from_secs(2)).await {
                 Ok(s) if s.leader_id != 0 => {
                     st.first_served_ms = Some(heal_at.elapsed().as_millis() as u64);
                     st.node_id = Some(s.node_id);
@@ -604,7 +612,7 @@ async fn gather_digests(db: &Db, finals: &mut [NodeFinalState]) {
         let mut statuses = Vec::new();
         for &id in &members {
             let ep = db.endpoint(id).unwrap_or_default();
-            statuses.push(db::status(&ep, true, Duration::from_secs(10)).await);
+            statuses.push(db.status(&ep, true, Duration::from_secs(10)).await);
         }
         let applied: Vec<Option<u64>> = statuses
             .iter()
@@ -756,6 +764,12 @@ mod tests {
         o.seed = 77;
         o.time_limit_ms = 20_000;
         o.node_args = vec!["--unsafe-local-reads".into()];
+        assert!(!o.replay_command().contains("--tls"));
+        o.security = SecurityOptions {
+            tls: true,
+            auth: true,
+            token_ttl_ms: None,
+        };
         let cmd = o.replay_command();
         for part in [
             "--workload set",
@@ -763,6 +777,7 @@ mod tests {
             "--time-limit 20s",
             "--seed 77",
             "--node-arg=--unsafe-local-reads",
+            " --tls --auth",
         ] {
             assert!(cmd.contains(part), "{cmd} lacks {part}");
         }
