@@ -199,7 +199,11 @@ async fn a_maybe_applied_write_stays_ambiguous_when_authenticating_again_is_refu
         .build()
         .await
         .unwrap();
-    assert_eq!(auth.authentications.load(Ordering::SeqCst), 1, "build authenticates");
+    assert_eq!(
+        auth.authentications.load(Ordering::SeqCst),
+        1,
+        "build authenticates"
+    );
 
     let err = client.put("k", "v").await.unwrap_err();
     assert!(err.is_ambiguous(), "the first attempt applied it: {err:?}");

@@ -46,7 +46,10 @@ async fn a_secured_db_refuses_plaintext_and_anonymous_clients_and_serves_the_wor
         .await
         .unwrap();
     let refused = plaintext.put("jepsen/register/1", "1").await;
-    assert!(matches!(refused, Err(Error::Tls { .. })), "plaintext: {refused:?}");
+    assert!(
+        matches!(refused, Err(Error::Tls { .. })),
+        "plaintext: {refused:?}"
+    );
 
     let anonymous = quick(db.security().anonymous_builder(endpoints.clone()))
         .build()

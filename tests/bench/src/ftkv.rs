@@ -322,7 +322,10 @@ mod tests {
             tls: true,
             auth: false,
         };
-        let both = Security { tls: true, auth: true };
+        let both = Security {
+            tls: true,
+            auth: true,
+        };
         assert_eq!(parse_target_kind("ftkv"), Some(("fractal", plain)));
         assert_eq!(parse_target_kind("ftkv-sled"), Some(("sled", plain)));
         assert_eq!(parse_target_kind("ftkv-tls"), Some(("fractal", tls)));

@@ -197,11 +197,12 @@ impl Db {
                 let dir = options.dir.clone();
                 let n = options.nodes;
                 let (cluster, prepared) = tokio::task::spawn_blocking(move || {
-                    let cluster = NetnsCluster::start_prepared(n, &dir, &bins.node, node_args, env, |hosts| {
-                        security
-                            .generate_certs(&bins.node, n, Some(hosts))
-                            .map_err(|e| e.to_string())
-                    });
+                    let cluster =
+                        NetnsCluster::start_prepared(n, &dir, &bins.node, node_args, env, |hosts| {
+                            security
+                                .generate_certs(&bins.node, n, Some(hosts))
+                                .map_err(|e| e.to_string())
+                        });
                     (cluster, security)
                 })
                 .await
@@ -254,10 +255,7 @@ impl Db {
         let fut = async {
             if with_digest && self.security.options().auth {
                 let root = self.security.root_client(&self.endpoints()).await?;
-                return root
-                    .status_with(endpoint, true)
-                    .await
-                    .map_err(|e| e.to_string());
+                return root.status_with(endpoint, true).await.map_err(|e| e.to_string());
             }
             let client = self
                 .security

@@ -167,7 +167,12 @@ impl Security {
     /// With `tls`: runs `node_bin certs` for node ids `1..=nodes + SPARE_NODE_CERTS`, each
     /// certificate also naming `host_pattern` with `{id}` replaced (the node's listen address;
     /// `127.0.0.1` is always named), and loads the client certificate. A no-op without `tls`.
-    pub fn generate_certs(&mut self, node_bin: &Path, nodes: u64, host_pattern: Option<&str>) -> Result<(), SecurityError> {
+    pub fn generate_certs(
+        &mut self,
+        node_bin: &Path,
+        nodes: u64,
+        host_pattern: Option<&str>,
+    ) -> Result<(), SecurityError> {
         if !self.options.tls {
             return Ok(());
         }
