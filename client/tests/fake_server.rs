@@ -1,5 +1,6 @@
-//! The client against tiny in-process fake nodes (tonic servers implementing `Kv` and `Cluster`):
-//! redirect following, retries that reuse the write session, ambiguity, and final errors.
+//! The client against tiny in-process fake nodes (tonic servers implementing `Kv`, `Cluster` and
+//! `Auth.Authenticate`): redirect following, retries that reuse the write session, ambiguity, and
+//! final errors.
 //! The real node is exercised end to end by the `tests/` crate.
 #![allow(clippy::unwrap_used)]
 
@@ -177,6 +178,49 @@ async fn a_write_whose_outcome_stays_unknown_is_ambiguous() {
     );
     let s = shared.lock().unwrap();
     assert_eq!(decode_counter(s.kv.get(&b"c"[..]).unwrap()), Some(1));
+}
+
+/// A write whose first attempt may have applied (connection lost after sending), whose retry is
+/// answered UNAUTHENTICATED (the user's password changed meanwhile), and whose renewed
+/// authentication is refused: the node's refusal of the retry says nothing of the first
+/// attempt, so the write is ambiguous, not "not applied".
+#[tokio::test]
+async fn a_maybe_applied_write_stays_ambiguous_when_authenticating_again_is_refused() {
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let mut leader = FakeNode::leader(&shared);
+    leader.fail_after_apply.store(1, Ordering::SeqCst);
+    leader.revoke_after_apply = true;
+    let auth = leader.auth.clone();
+    let ep = serve(leader).await;
+    let client = Client::builder()
+        .endpoints([&ep])
+        .user("alice", "secret")
+        .retry(quick_policy(5))
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(
+        auth.authentications.load(Ordering::SeqCst),
+        1,
+        "build authenticates"
+    );
+
+    let err = client.put("k", "v").await.unwrap_err();
+    assert!(err.is_ambiguous(), "the first attempt applied it: {err:?}");
+    assert_eq!(
+        auth.authentications.load(Ordering::SeqCst),
+        2,
+        "the UNAUTHENTICATED retry authenticated again once"
+    );
+    assert_eq!(
+        shared.lock().unwrap().kv.get(&b"k"[..]).map(Vec::as_slice),
+        Some(&b"v"[..])
+    );
+
+    // Nothing sent yet: a refusal before the first attempt stays definite.
+    let err = client.put("k2", "v").await.unwrap_err();
+    assert!(matches!(err, Error::Unauthenticated { .. }), "{err:?}");
+    assert!(!shared.lock().unwrap().kv.contains_key(&b"k2"[..]));
 }
 
 #[tokio::test]

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Short Jepsen-style suite for CI (about 12 minutes on 2 cores): every workload once under a mixed
+# Short Jepsen-style suite for CI (about 13 minutes on 2 cores): every workload once under a mixed
 # nemesis (partition, kill, pause, clock) for 20 s, set and counter under kill + disk + lose-unsynced,
-# register under membership changes, the local-reads canary scenario (must be caught: exit 1), then
-# the fourteen scenarios. Needs root, iproute2, iptables and faketime, and the binaries built:
+# register under membership changes, register and set under partition + kill with TLS and auth on,
+# the local-reads canary scenario (must be caught: exit 1), then the fourteen scenarios. Needs root, iproute2, iptables and faketime, and the binaries built:
 #   cargo build -p ftkv-node -p ftkv-client -p ftkv-tests --bins
 # Usage: tests/scenarios/ci-suite.sh [STORE_DIR]   (exit 0 only when every verdict is as expected)
 set -u
@@ -40,6 +40,13 @@ done
 expect 0 "load" test --workload load --nemesis kill,partition --time-limit 20s --substrate netns \
   --concurrency 5 --rate 20 --seed 7
 expect 0 "register-membership" test --workload register --nemesis membership --time-limit 20s --substrate netns --seed 3
+# Security on (issue 17): TLS on every port with client-cert auth and peer certificates, users
+# and roles with auth enabled, the workers authenticating as a user with READWRITE on jepsen/
+# only, tokens living 10 s (renewed, and expiring while partitions and kills hold requests back).
+for w in register set; do
+  expect 0 "$w-tls-auth" test --workload "$w" --nemesis partition,kill --time-limit 20s --substrate netns \
+    --concurrency 5 --rate 50 --seed 4 --tls --auth
+done
 # Canary: reads served locally without ReadIndex must be caught by the register checker. A
 # scripted schedule (scenario 06 with the unsafe mode: a read on the isolated old leader after the
 # new leader took a write), because a random partition schedule does not always open a stale-read

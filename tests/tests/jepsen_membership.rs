@@ -49,6 +49,7 @@ async fn membership_nemesis_counts_the_members_the_cluster_has_after_a_refused_r
         lose_unsynced_on_kill: false,
         fake_clock: false,
         docker_image: ftkv_tests::jepsen::db::DEFAULT_DOCKER_IMAGE.into(),
+        security: Default::default(),
     };
     let db = Arc::new(Db::start(&options, Duration::from_secs(30)).await.unwrap());
     let leader = db.wait_for_leader(Duration::from_secs(30)).await.unwrap();

@@ -247,7 +247,9 @@ impl Inner {
                                 failure.error = e;
                                 failure.retry = true;
                             }
-                            Err(e) => return Err(e.into()),
+                            // Refused (a changed password): final, but an earlier attempt of a
+                            // write may have applied it, which the refusal does not undo.
+                            Err(e) => return Err(finish_error(kind, e, maybe_applied).into()),
                         }
                     }
                     if !failure.retry {

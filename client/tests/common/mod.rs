@@ -1,6 +1,6 @@
-//! Tiny in-process fake ftkv nodes for the client's tests: tonic servers implementing `Kv`
-//! and `Cluster` over a shared map, with NOT_LEADER redirects, a LIMIT error, session
-//! de-duplication and injectable lost responses.
+//! Tiny in-process fake ftkv nodes for the client's tests: tonic servers implementing `Kv`,
+//! `Cluster` and `Auth.Authenticate` over a shared map, with NOT_LEADER redirects, a LIMIT
+//! error, session de-duplication, injectable lost responses and revoked credentials.
 #![allow(clippy::unwrap_used, dead_code)]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use ftkv_client::decode_counter;
 use ftkv_proto::v1 as pb;
+use ftkv_proto::v1::auth_server::{Auth, AuthServer};
 use ftkv_proto::v1::cluster_server::{Cluster, ClusterServer};
 use ftkv_proto::v1::kv_server::{Kv, KvServer};
 use prost::Message;
@@ -65,6 +66,30 @@ pub struct FakeNode {
     pub refusals_before_leading: Arc<AtomicU32>,
     /// Refuse every write with UNAVAILABLE reason DRAINING (a node shutting down).
     pub draining: Arc<std::sync::atomic::AtomicBool>,
+    /// The `Auth` side (tokens for any user and password until revoked).
+    pub auth: FakeAuth,
+    /// With `fail_after_apply`: the user's password changes right then (`auth.revoked`), so
+    /// the retry is answered UNAUTHENTICATED and so is authenticating again.
+    pub revoke_after_apply: bool,
+}
+
+/// `Auth.Authenticate` of a fake node: a token for any user and password, until `revoked`
+/// (the password changed): then UNAUTHENTICATED, as every write is. Other `Auth` calls are
+/// unimplemented.
+#[derive(Clone, Default)]
+pub struct FakeAuth {
+    /// `Authenticate` calls seen.
+    pub authentications: Arc<AtomicU32>,
+    /// Credentials and tokens are refused from now on.
+    pub revoked: Arc<std::sync::atomic::AtomicBool>,
+}
+
+fn unauthenticated(message: &str) -> Status {
+    FakeNode::error(
+        pb::error_info::Kind::Unauthenticated,
+        tonic::Code::Unauthenticated,
+        |i| i.message = message.into(),
+    )
 }
 
 impl FakeNode {
@@ -84,6 +109,8 @@ impl FakeNode {
             stall_ms: Arc::default(),
             refusals_before_leading: Arc::new(AtomicU32::new(u32::MAX)),
             draining: Arc::default(),
+            auth: FakeAuth::default(),
+            revoke_after_apply: false,
         }
     }
 
@@ -147,6 +174,9 @@ impl FakeNode {
                 },
             ));
         }
+        if self.auth.revoked.load(Ordering::SeqCst) {
+            return Err(unauthenticated("the token was revoked: authenticate again"));
+        }
         if !self.leads() {
             let hint = self.follower_hint.clone().unwrap_or_default();
             return Err(Self::error(
@@ -192,6 +222,9 @@ impl FakeNode {
             .fail_after_apply
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
         if inject.is_ok() {
+            if self.revoke_after_apply {
+                self.auth.revoked.store(true, Ordering::SeqCst);
+            }
             if self.forget_after_apply {
                 let mut shared = self.shared.lock().unwrap();
                 let low = shared.window_low.entry(session.client_id).or_insert(0);
@@ -491,9 +524,58 @@ pub fn serve_on(listener: tokio::net::TcpListener, node: FakeNode) {
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(KvServer::new(node.clone()))
+            .add_service(AuthServer::new(node.auth.clone()))
             .add_service(ClusterServer::new(node))
             .serve_with_incoming(incoming),
     );
+}
+
+/// `impl Auth for FakeAuth`: `authenticate` as given, every other method unimplemented (the
+/// whole impl comes from the macro so that `async_trait` sees every method).
+macro_rules! fake_auth_impl {
+    ($($method:ident($req:ident) -> $resp:ident;)*) => {
+        #[tonic::async_trait]
+        impl Auth for FakeAuth {
+            async fn authenticate(
+                &self,
+                _request: Request<pb::AuthenticateRequest>,
+            ) -> Result<Response<pb::AuthenticateResponse>, Status> {
+                self.authentications.fetch_add(1, Ordering::SeqCst);
+                if self.revoked.load(Ordering::SeqCst) {
+                    return Err(unauthenticated("wrong user name or password"));
+                }
+                Ok(Response::new(pb::AuthenticateResponse {
+                    token: "fake-token".into(),
+                    ttl_ms: 60_000,
+                }))
+            }
+
+            $(
+                async fn $method(&self, _request: Request<pb::$req>) -> Result<Response<pb::$resp>, Status> {
+                    Err(Status::unimplemented("fake"))
+                }
+            )*
+        }
+    };
+}
+
+fake_auth_impl! {
+    auth_enable(AuthEnableRequest) -> AuthEnableResponse;
+    auth_disable(AuthDisableRequest) -> AuthDisableResponse;
+    auth_status(AuthStatusRequest) -> AuthStatusResponse;
+    user_add(UserAddRequest) -> UserAddResponse;
+    user_get(UserGetRequest) -> UserGetResponse;
+    user_list(UserListRequest) -> UserListResponse;
+    user_delete(UserDeleteRequest) -> UserDeleteResponse;
+    user_change_password(UserChangePasswordRequest) -> UserChangePasswordResponse;
+    user_grant_role(UserGrantRoleRequest) -> UserGrantRoleResponse;
+    user_revoke_role(UserRevokeRoleRequest) -> UserRevokeRoleResponse;
+    role_add(RoleAddRequest) -> RoleAddResponse;
+    role_get(RoleGetRequest) -> RoleGetResponse;
+    role_list(RoleListRequest) -> RoleListResponse;
+    role_delete(RoleDeleteRequest) -> RoleDeleteResponse;
+    role_grant_permission(RoleGrantPermissionRequest) -> RoleGrantPermissionResponse;
+    role_revoke_permission(RoleRevokePermissionRequest) -> RoleRevokePermissionResponse;
 }
 
 /// A "node" that accepts connections, reads whatever arrives for a while, then closes the

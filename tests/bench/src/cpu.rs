@@ -116,7 +116,10 @@ mod tests {
             for _ in 0..100_000 {
                 x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
             }
-            assert!(t.elapsed() < std::time::Duration::from_secs(30), "CPU did not grow");
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(30),
+                "CPU did not grow"
+            );
         }
         assert_ne!(x, 1);
         assert!(meter.elapsed_seconds() >= 0.05);

@@ -1,5 +1,13 @@
 //! ftkv as a benchmark target: `ftkv-node playground` started as a child process (three node
 //! processes on loopback, `log.sync = "always"`), driven through `ftkv-client`.
+//!
+//! [`Security`] turns on what a secured deployment runs: `tls` starts the playground with
+//! `--tls` (every port on TLS, client-cert auth, authenticated peers; certificates in
+//! `DIR/tls`) and the client connects with the CA and the client certificate; `auth` then
+//! creates `root` and the user [`BENCH_USER`] with READWRITE on the bench's keys
+//! ([`BENCH_PREFIX`]), enables auth, and the client authenticates as that user (a token on every
+//! call, each put checked against the user's permissions). Target names: `ftkv-tls`,
+//! `ftkv-auth`, `ftkv-tls-auth` ([`parse_target_kind`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -7,12 +15,53 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
+/// The user the bench's client authenticates as under auth.
+pub const BENCH_USER: &str = "bench";
+/// Every bench key starts with it (`bench/000000012345`).
+pub const BENCH_PREFIX: &[u8] = b"bench/";
+const BENCH_ROLE: &str = "bench-readwrite";
+const BENCH_PASSWORD: &str = "bench-password";
+const ROOT_PASSWORD: &str = "root-password";
+
+/// TLS and auth of a benchmark cluster.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Security {
+    /// TLS on every port, client-cert auth, authenticated peers.
+    pub tls: bool,
+    /// Users, roles and tokens.
+    pub auth: bool,
+}
+
+/// The engine and security of an ftkv target kind (the name before any `@DIR`): `ftkv`,
+/// `ftkv-sled`, `ftkv-tls`, `ftkv-auth`, `ftkv-tls-auth`, `ftkv-sled-tls`, ...; `None` when
+/// it is not an ftkv target.
+pub fn parse_target_kind(kind: &str) -> Option<(&'static str, Security)> {
+    let mut rest = kind.strip_prefix("ftkv")?;
+    let mut engine = "fractal";
+    let mut security = Security::default();
+    if let Some(r) = rest.strip_prefix("-sled") {
+        engine = "sled";
+        rest = r;
+    }
+    if let Some(r) = rest.strip_prefix("-tls") {
+        security.tls = true;
+        rest = r;
+    }
+    if let Some(r) = rest.strip_prefix("-auth") {
+        security.auth = true;
+        rest = r;
+    }
+    rest.is_empty().then_some((engine, security))
+}
+
 /// A running playground. Dropping it stops it.
 pub struct FtkvCluster {
     child: Child,
     /// Client endpoints.
     pub endpoints: Vec<String>,
     dir: tempfile::TempDir,
+    security: Security,
+    tls: Option<ftkv_client::TlsOptions>,
 }
 
 /// Finds `ftkv-node`: in `bin_dir` when given (a target `ftkv@DIR`), else in env
@@ -44,6 +93,18 @@ impl FtkvCluster {
         node_args: &[String],
         bin_dir: Option<&Path>,
     ) -> anyhow::Result<Self> {
+        Self::start_secured(base_port, engine, node_args, bin_dir, Security::default()).await
+    }
+
+    /// [`FtkvCluster::start`] with `security` on (see the module docs); with auth, returns once
+    /// auth is enabled.
+    pub async fn start_secured(
+        base_port: u16,
+        engine: &str,
+        node_args: &[String],
+        bin_dir: Option<&Path>,
+        security: Security,
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new().prefix("ftkv-bench-").tempdir()?;
         let log = std::fs::File::create(dir.path().join("playground.log"))?;
         let mut cmd = Command::new(node_binary(bin_dir)?);
@@ -51,6 +112,9 @@ impl FtkvCluster {
             .arg(format!("--dir={}", dir.path().display()))
             .arg(format!("--base-port={base_port}"))
             .arg(format!("--engine={engine}"));
+        if security.tls {
+            cmd.arg("--tls");
+        }
         for a in node_args {
             cmd.arg(format!("--node-arg={a}"));
         }
@@ -70,11 +134,64 @@ impl FtkvCluster {
             anyhow::ensure!(Instant::now() < deadline, "ftkv playground not ready after 120 s");
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
-        Ok(Self {
+        let tls = if security.tls {
+            let t = dir.path().join("tls");
+            Some(
+                ftkv_client::TlsOptions::with_ca_file(&t.join("ca.pem"))?
+                    .identity_files(&t.join("client.pem"), &t.join("client-key.pem"))?,
+            )
+        } else {
+            None
+        };
+        let cluster = Self {
             child,
             endpoints,
             dir,
-        })
+            security,
+            tls,
+        };
+        if security.auth {
+            cluster.enable_auth().await?;
+        }
+        Ok(cluster)
+    }
+
+    /// A client builder with the cluster's TLS settings (no user).
+    fn builder(&self) -> ftkv_client::ClientBuilder {
+        let b = ftkv_client::Client::builder().endpoints(self.endpoints.clone());
+        match &self.tls {
+            Some(t) => b.tls(t.clone()),
+            None => b,
+        }
+    }
+
+    /// Creates `root` and [`BENCH_USER`] (READWRITE on [`BENCH_PREFIX`]) and enables auth.
+    async fn enable_auth(&self) -> anyhow::Result<()> {
+        let admin = self.builder().build().await?;
+        admin.user_add("root", ROOT_PASSWORD).await?;
+        admin.role_add("root").await?;
+        admin.user_grant_role("root", "root").await?;
+        admin.user_add(BENCH_USER, BENCH_PASSWORD).await?;
+        admin.role_add(BENCH_ROLE).await?;
+        admin
+            .role_grant_permission(
+                BENCH_ROLE,
+                ftkv_client::Permission {
+                    perm_type: ftkv_client::PermType::ReadWrite,
+                    key: BENCH_PREFIX.to_vec(),
+                    range_end: ftkv_client::prefix_end(BENCH_PREFIX),
+                },
+            )
+            .await?;
+        admin.user_grant_role(BENCH_USER, BENCH_ROLE).await?;
+        admin.auth_enable().await?;
+        // Auth is on: a client without a token is refused.
+        let refused = admin.put(b"bench/probe".to_vec(), b"x".to_vec()).await;
+        anyhow::ensure!(
+            matches!(refused, Err(ftkv_client::Error::Unauthenticated { .. })),
+            "auth enabled, yet a put without a token got {refused:?}"
+        );
+        Ok(())
     }
 
     /// The playground's directory: `node-i` data dirs (engine file under `engine`, Raft log
@@ -88,12 +205,31 @@ impl FtkvCluster {
         self.child.id()
     }
 
-    /// A client over every endpoint.
+    /// A client over every endpoint (TLS and the bench user when the cluster has them).
     pub async fn client(&self) -> anyhow::Result<ftkv_client::Client> {
-        Ok(ftkv_client::Client::builder()
-            .endpoints(self.endpoints.clone())
-            .build()
-            .await?)
+        let b = self.builder();
+        let b = if self.security.auth {
+            b.user(BENCH_USER, BENCH_PASSWORD)
+        } else {
+            b
+        };
+        Ok(b.build().await?)
+    }
+
+    /// A client as `root` (digest status, admin calls), or without a user when auth is off.
+    pub async fn root_client(&self) -> anyhow::Result<ftkv_client::Client> {
+        let b = self.builder();
+        let b = if self.security.auth {
+            b.user("root", ROOT_PASSWORD)
+        } else {
+            b
+        };
+        Ok(b.build().await?)
+    }
+
+    /// TLS and auth of this cluster.
+    pub fn security(&self) -> Security {
+        self.security
     }
 }
 
@@ -177,5 +313,41 @@ impl FtkvCluster {
 impl Drop for FtkvCluster {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_kinds_name_engine_and_security() {
+        let plain = Security::default();
+        let tls = Security {
+            tls: true,
+            auth: false,
+        };
+        let both = Security {
+            tls: true,
+            auth: true,
+        };
+        assert_eq!(parse_target_kind("ftkv"), Some(("fractal", plain)));
+        assert_eq!(parse_target_kind("ftkv-sled"), Some(("sled", plain)));
+        assert_eq!(parse_target_kind("ftkv-tls"), Some(("fractal", tls)));
+        assert_eq!(parse_target_kind("ftkv-tls-auth"), Some(("fractal", both)));
+        assert_eq!(
+            parse_target_kind("ftkv-auth"),
+            Some((
+                "fractal",
+                Security {
+                    tls: false,
+                    auth: true
+                }
+            ))
+        );
+        assert_eq!(parse_target_kind("ftkv-sled-tls-auth"), Some(("sled", both)));
+        for bad in ["etcd", "ftkv-auth-tls", "ftkv-tl", "ftkvx", "ftkv-tls-"] {
+            assert_eq!(parse_target_kind(bad), None, "{bad}");
+        }
     }
 }

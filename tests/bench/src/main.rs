@@ -6,6 +6,9 @@
 //! ratios) and `DIR/throughput.svg`, `DIR/latency_p99.svg`. A target `ftkv@DIR` (or
 //! `ftkv-sled@DIR`) runs the `ftkv-node` in `DIR`, so two builds compare side by side in one
 //! run: `--targets ftkv@/tmp/before,ftkv@/tmp/after,etcd` runs before, after, etcd, before, ...
+//! The cost of security: `--targets ftkv,ftkv-tls,ftkv-tls-auth` runs the same cluster with
+//! nothing, TLS (client certificates, authenticated peers), and TLS plus users and tokens
+//! (`ftkv_bench::ftkv::Security`), alternately, and prints the ratios.
 //!
 //! `ftkv-bench engine --workload random-insert|beyond-memory|point-read|scan|compression|instant-ddl
 //! --engines fractal,sled,fjall [--rows N] [--memory-limit SIZE] [--runs 3] --json FILE` compares
@@ -90,7 +93,9 @@ struct Cli {
 enum Cmd {
     /// Put throughput and latency of three-node clusters (ftkv, etcd), alternately.
     Cluster {
-        /// Comma-separated targets: ftkv, ftkv-sled, etcd; `ftkv@DIR` / `ftkv-sled@DIR` run the
+        /// Comma-separated targets: ftkv, ftkv-sled, etcd; `-tls`, `-auth` or `-tls-auth` after
+        /// the ftkv name turn on TLS with client certificates and users with tokens (the cost
+        /// of security: `ftkv,ftkv-tls,ftkv-tls-auth`); `ftkv@DIR` / `ftkv-sled@DIR` run the
         /// `ftkv-node` in DIR (two builds side by side), plain `ftkv` the one in
         /// `FTKV_BIN_DIR` or beside this executable.
         #[arg(long, default_value = "ftkv,etcd")]
@@ -167,29 +172,36 @@ async fn start_and_run(name: &str, base_port: u16, load: &Load, run: u64) -> any
         Some(_) => anyhow::bail!("target {name:?}: `@` must be followed by a directory"),
         None => (name, None),
     };
+    if let Some((engine, security)) = bench::ftkv::parse_target_kind(kind) {
+        anyhow::ensure!(
+            load.idle_sessions == 0 || security == bench::ftkv::Security::default(),
+            "target {name:?}: --idle-sessions needs a target without TLS and auth"
+        );
+        let cluster =
+            bench::ftkv::FtkvCluster::start_secured(base_port, engine, &[], bin_dir, security).await?;
+        bench::ftkv::seed_idle_sessions(&cluster.endpoints, load.idle_sessions).await?;
+        let client = cluster.client().await?;
+        let target = Target::Ftkv(client.clone());
+        let mut r = bench::run_load(&target, load, run).await;
+        r.target = name.to_string();
+        let statuses = client.status_all().await;
+        r.ops_per_entry = statuses
+            .into_iter()
+            .filter_map(|(_, s)| s.ok())
+            .find(|s| s.is_leader)
+            .map(|s| s.ops_per_entry);
+        return Ok(r);
+    }
     match kind {
-        "ftkv" | "ftkv-sled" => {
-            let engine = if kind == "ftkv" { "fractal" } else { "sled" };
-            let cluster = bench::ftkv::FtkvCluster::start(base_port, engine, &[], bin_dir).await?;
-            bench::ftkv::seed_idle_sessions(&cluster.endpoints, load.idle_sessions).await?;
-            let client = cluster.client().await?;
-            let target = Target::Ftkv(client.clone());
-            let mut r = bench::run_load(&target, load, run).await;
-            r.target = name.to_string();
-            let statuses = client.status_all().await;
-            r.ops_per_entry = statuses
-                .into_iter()
-                .filter_map(|(_, s)| s.ok())
-                .find(|s| s.is_leader)
-                .map(|s| s.ops_per_entry);
-            Ok(r)
-        }
         "etcd" if bin_dir.is_none() => {
             let cluster = bench::etcd::EtcdCluster::start(base_port).await?;
             let target = Target::Etcd(bench::etcd::EtcdClient::connect(&cluster.endpoints)?);
             Ok(bench::run_load(&target, load, run).await)
         }
-        _ => anyhow::bail!("unknown target {name:?} (ftkv, ftkv-sled, etcd, ftkv@DIR, ftkv-sled@DIR)"),
+        _ => anyhow::bail!(
+            "unknown target {name:?} (ftkv, ftkv-sled, ftkv-tls, ftkv-auth, ftkv-tls-auth, etcd, ftkv@DIR, \
+             ftkv-tls-auth@DIR, ...)"
+        ),
     }
 }
 
@@ -211,9 +223,7 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::Restart(args) => tokio::runtime::Runtime::new()?.block_on(bench::restart::run(&args)),
         Cmd::Bulk(args) => tokio::runtime::Runtime::new()?.block_on(bench::bulk::run(&args)),
-        Cmd::SysbenchInsert(args) => {
-            tokio::runtime::Runtime::new()?.block_on(bench::sysbench::run(&args))
-        }
+        Cmd::SysbenchInsert(args) => tokio::runtime::Runtime::new()?.block_on(bench::sysbench::run(&args)),
         cluster @ Cmd::Cluster { .. } => tokio::runtime::Runtime::new()?.block_on(run_cluster(cluster)),
     }
 }

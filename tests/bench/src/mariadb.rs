@@ -310,10 +310,7 @@ impl MariaDbCluster {
             let sdir = cluster.dir.path().join(format!("m{i}"));
             std::fs::create_dir(&sdir)?;
             run_checked(
-                Command::new("cp")
-                    .arg("-a")
-                    .arg(&seed)
-                    .arg(sdir.join("data")),
+                Command::new("cp").arg("-a").arg(&seed).arg(sdir.join("data")),
                 "copy of the datadir",
             )?;
             if root {
@@ -451,9 +448,7 @@ impl MariaDbCluster {
     pub fn rows(&self, i: usize, tables: u32) -> anyhow::Result<u64> {
         let existing = self.sql(
             i,
-            &format!(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema='{DATABASE}'"
-            ),
+            &format!("SELECT table_name FROM information_schema.tables WHERE table_schema='{DATABASE}'"),
         )?;
         let mut total = 0;
         for t in 1..=tables {
@@ -507,7 +502,9 @@ impl MariaDbCluster {
         let semi_sync_no_times = number("Rpl_semi_sync_master_no_times")?;
         let semi_sync_yes_tx = number("Rpl_semi_sync_master_yes_tx")?;
         if semi_sync_status != "ON" {
-            problems.push(format!("Rpl_semi_sync_master_status is {semi_sync_status}, not ON"));
+            problems.push(format!(
+                "Rpl_semi_sync_master_status is {semi_sync_status}, not ON"
+            ));
         }
         if semi_sync_no_tx != 0 {
             problems.push(format!(

@@ -23,6 +23,7 @@ use ftkv_tests::jepsen::history::History;
 use ftkv_tests::jepsen::nemesis::NemesisKind;
 use ftkv_tests::jepsen::runner::{self, TestOptions, TestOutcome};
 use ftkv_tests::jepsen::scenario::{self, Scenario};
+use ftkv_tests::jepsen::security::SecurityOptions;
 use ftkv_tests::jepsen::workload::{WorkloadKind, WorkloadOptions};
 
 #[derive(Parser)]
@@ -72,9 +73,21 @@ enum Command {
         /// Extra `ftkv-node run` flag, repeatable (`--node-arg=--unsafe-local-reads`).
         #[arg(long = "node-arg", allow_hyphen_values = true)]
         node_args: Vec<String>,
-        /// Test name (store folder); default `<workload>-<nemeses>`.
+        /// Test name (store folder); default `<workload>-<nemeses>` (`-tls`, `-auth` appended).
         #[arg(long)]
         name: Option<String>,
+        /// TLS on every port (throwaway CA from `ftkv-node certs`), client-cert auth, peers
+        /// authenticated by certificate; the harness's clients connect over TLS.
+        #[arg(long)]
+        tls: bool,
+        /// Users, roles and tokens: root and a workload user with READWRITE on `jepsen/`, auth
+        /// enabled; the workers authenticate as that user.
+        #[arg(long)]
+        auth: bool,
+        /// Token lifetime with --auth (`10s`, `500ms`); default 10 s, so tokens are renewed and
+        /// expire during the run.
+        #[arg(long, requires = "auth")]
+        token_ttl: Option<String>,
     },
     /// Run scenario files (a file, or every *.toml in a folder).
     Scenario {
@@ -167,6 +180,9 @@ async fn real_main() -> i32 {
             nodes,
             node_args,
             name,
+            tls,
+            auth,
+            token_ttl,
         } => {
             let nemeses = match NemesisKind::parse_list(&nemesis) {
                 Ok(n) => n,
@@ -182,6 +198,14 @@ async fn real_main() -> i32 {
                     return 2;
                 }
             };
+            let token_ttl_ms = match token_ttl.as_deref().map(scenario::parse_duration) {
+                None => None,
+                Some(Ok(d)) => Some(d.as_millis() as u64),
+                Some(Err(e)) => {
+                    eprintln!("ftkv-jepsen: --token-ttl: {e}");
+                    return 2;
+                }
+            };
             let seed = seed.unwrap_or_else(|| {
                 std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
@@ -193,11 +217,18 @@ async fn real_main() -> i32 {
             o.name = name.unwrap_or_else(|| {
                 let n: Vec<&str> = nemeses.iter().map(|k| k.name()).collect();
                 format!(
-                    "{}-{}",
+                    "{}-{}{}{}",
                     workload.name(),
-                    if n.is_empty() { "none".into() } else { n.join(",") }
+                    if n.is_empty() { "none".into() } else { n.join(",") },
+                    if tls { "-tls" } else { "" },
+                    if auth { "-auth" } else { "" }
                 )
             });
+            o.security = SecurityOptions {
+                tls,
+                auth,
+                token_ttl_ms,
+            };
             o.workload_options = WorkloadOptions::default();
             o.nemeses = nemeses;
             o.time_limit_ms = limit.as_millis() as u64;

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use crate::fixture::{Binaries, Cluster, ClusterOptions};
 use crate::jepsen::docker::DockerCluster;
 use crate::jepsen::netns::NetnsCluster;
+use crate::jepsen::security::{Security, SecurityOptions};
 
 /// Substrate names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
@@ -123,6 +124,8 @@ pub struct Db {
     lose_unsynced_on_kill: bool,
     /// Folder of the per-node libfaketime files, when nodes run under libfaketime.
     clock_dir: Option<PathBuf>,
+    /// TLS and auth of the nodes and of every harness client.
+    security: Security,
 }
 
 fn sub<E: std::fmt::Display>(e: E) -> DbError {
@@ -149,10 +152,13 @@ pub struct DbOptions {
     pub fake_clock: bool,
     /// Image of the `docker` substrate's containers.
     pub docker_image: String,
+    /// TLS and auth (certificates go into `dir/tls`; see [`crate::jepsen::security`]).
+    pub security: SecurityOptions,
 }
 
 impl Db {
-    /// Sets up the cluster and waits (up to `wait`) for a leader.
+    /// Sets up the cluster, waits (up to `wait`) for a leader and, with auth, creates the users
+    /// and enables auth.
     pub async fn start(options: &DbOptions, wait: Duration) -> Result<Db, DbError> {
         let mut node_args = options.node_args.clone();
         let lose_unsynced_on_kill =
@@ -190,13 +196,22 @@ impl Db {
         } else {
             None
         };
+        let mut security = Security::new(options.security, &absolute(&options.dir.join("tls"))?);
+        env.extend(security.node_env());
         let inner = match options.substrate {
             SubstrateKind::Local => {
+                if options.security.tls {
+                    let bins = Binaries::try_locate().map_err(sub)?;
+                    security
+                        .generate_certs(&bins.node, options.nodes, None)
+                        .map_err(sub)?;
+                }
                 let cluster = Cluster::start(ClusterOptions {
                     nodes: options.nodes as usize,
                     extra_args: node_args,
                     env,
                     wait_timeout: wait,
+                    client_tls: security.fixture_tls(),
                     ..Default::default()
                 })
                 .await
@@ -208,13 +223,19 @@ impl Db {
                 let bins = Binaries::try_locate().map_err(sub)?;
                 let dir = options.dir.clone();
                 let n = options.nodes;
-                let cluster = tokio::task::spawn_blocking(move || {
-                    NetnsCluster::start(n, &dir, &bins.node, node_args, env)
+                let (cluster, prepared) = tokio::task::spawn_blocking(move || {
+                    let cluster =
+                        NetnsCluster::start_prepared(n, &dir, &bins.node, node_args, env, |hosts| {
+                            security
+                                .generate_certs(&bins.node, n, Some(hosts))
+                                .map_err(|e| e.to_string())
+                        });
+                    (cluster, security)
                 })
                 .await
-                .map_err(sub)?
                 .map_err(sub)?;
-                Inner::Netns(cluster)
+                security = prepared;
+                Inner::Netns(cluster.map_err(sub)?)
             }
             SubstrateKind::Docker => {
                 let dir = options.dir.clone();
@@ -238,9 +259,63 @@ impl Db {
             next_id: Mutex::new(options.nodes + 1),
             lose_unsynced_on_kill,
             clock_dir,
+            security,
         };
         db.wait_for_leader(wait).await?;
+        db.security
+            .enable_auth(&db.endpoints(), wait)
+            .await
+            .map_err(sub)?;
         Ok(db)
+    }
+
+    /// TLS and auth of this cluster.
+    pub fn security(&self) -> &Security {
+        &self.security
+    }
+
+    /// A client builder for the workload with `endpoints`: TLS and the workload user when the
+    /// run has them.
+    pub fn client_builder(&self, endpoints: Vec<String>) -> ftkv_client::ClientBuilder {
+        self.security.client_builder(endpoints)
+    }
+
+    /// A client builder as `root` (membership changes) with `endpoints`.
+    pub fn admin_builder(&self, endpoints: Vec<String>) -> ftkv_client::ClientBuilder {
+        self.security.admin_builder(endpoints)
+    }
+
+    /// `Cluster.Status` of one endpoint through a one-endpoint client (TLS when on), bounded by
+    /// `timeout`. Without digest no user is needed; with it (the role `root` under auth) the
+    /// call goes through root's long-lived client.
+    pub async fn status(
+        &self,
+        endpoint: &str,
+        with_digest: bool,
+        timeout: Duration,
+    ) -> Result<ftkv_client::NodeStatus, String> {
+        let fut = async {
+            if with_digest && self.security.options().auth {
+                let root = self.security.root_client(&self.endpoints()).await?;
+                return root.status_with(endpoint, true).await.map_err(|e| e.to_string());
+            }
+            let client = self
+                .security
+                .anonymous_builder(vec![endpoint.to_string()])
+                .connect_timeout(timeout)
+                .request_timeout(timeout)
+                .retry(ftkv_client::RetryPolicy::no_retry(timeout))
+                .build()
+                .await
+                .map_err(|e| e.to_string())?;
+            client
+                .status_with(endpoint, with_digest)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        tokio::time::timeout(timeout + Duration::from_secs(1), fut)
+            .await
+            .map_err(|_| format!("status of {endpoint}: timed out"))?
     }
 
     /// The substrate in use.
@@ -458,7 +533,7 @@ impl Db {
         let mut best: Option<(u64, u64)> = None;
         for id in self.members() {
             let Ok(ep) = self.endpoint(id) else { continue };
-            if let Ok(st) = status(&ep, false, Duration::from_secs(2)).await {
+            if let Ok(st) = self.status(&ep, false, Duration::from_secs(2)).await {
                 if st.is_leader && best.is_none_or(|(t, _)| st.term > t) {
                     best = Some((st.term, id));
                 }
@@ -522,29 +597,9 @@ fn write_clock_file(dir: &Path, id: u64, spec: &str) -> Result<(), DbError> {
         .map_err(|e| DbError::Substrate(format!("writing clock file {}: {e}", path.display())))
 }
 
-/// `Cluster.Status` of one endpoint through a one-endpoint client, bounded by `timeout`.
-pub async fn status(
-    endpoint: &str,
-    with_digest: bool,
-    timeout: Duration,
-) -> Result<ftkv_client::NodeStatus, String> {
-    let fut = async {
-        let client = ftkv_client::Client::builder()
-            .endpoints([endpoint.to_string()])
-            .connect_timeout(timeout)
-            .request_timeout(timeout)
-            .retry(ftkv_client::RetryPolicy::no_retry(timeout))
-            .build()
-            .await
-            .map_err(|e| e.to_string())?;
-        client
-            .status_with(endpoint, with_digest)
-            .await
-            .map_err(|e| e.to_string())
-    };
-    tokio::time::timeout(timeout + Duration::from_secs(1), fut)
-        .await
-        .map_err(|_| format!("status of {endpoint}: timed out"))?
+/// `path` made absolute (nodes may run in another working directory).
+fn absolute(path: &Path) -> Result<PathBuf, DbError> {
+    std::path::absolute(path).map_err(|e| DbError::Substrate(format!("{}: {e}", path.display())))
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! [`scenario`] (scripted runs from `tests/scenarios/*.toml`), [`workload`] (seeded op generators
 //! and their execution through `ftkv-client`), [`nemesis`] (faults and their seeded schedule),
 //! [`db`] (the cluster on a substrate: [`crate::fixture`] for `local`, [`netns`] for network
-//! namespaces, [`docker`] for containers of the ftkv image), [`history`] (the JSON-lines history), [`checker`] (pure, unit-tested checkers) and
+//! namespaces, [`docker`] for containers of the ftkv image; [`security`] for TLS and auth runs), [`history`] (the JSON-lines history), [`checker`] (pure, unit-tested checkers) and
 //! [`report`] (timeline and plots). The binary is `ftkv-jepsen` (`src/bin/ftkv-jepsen.rs`); usage
 //! in `tests/scenarios/README.md`.
 
@@ -20,6 +20,7 @@ pub mod netns;
 pub mod report;
 pub mod runner;
 pub mod scenario;
+pub mod security;
 pub mod workload;
 
 #[cfg(test)]

@@ -36,6 +36,9 @@ pub enum NetnsError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The caller's preparation before the nodes start failed.
+    #[error("preparing the nodes: {0}")]
+    Prepare(String),
     /// No such node.
     #[error("no node {0}")]
     UnknownNode(u64),
@@ -156,6 +159,21 @@ impl NetnsCluster {
         extra_args: Vec<String>,
         env: Vec<(String, String)>,
     ) -> Result<Self, NetnsError> {
+        Self::start_prepared(count, dir, node_bin, extra_args, env, |_| Ok(()))
+    }
+
+    /// [`NetnsCluster::start`], calling `prepare` with the nodes' address pattern
+    /// (`10.213.S.{id}`, see [`NetnsCluster::address_pattern`]) once the namespaces exist and
+    /// before any node starts (e.g. to issue certificates naming those addresses); its error
+    /// aborts the start.
+    pub fn start_prepared(
+        count: u64,
+        dir: &Path,
+        node_bin: &Path,
+        extra_args: Vec<String>,
+        env: Vec<(String, String)>,
+        prepare: impl FnOnce(&str) -> Result<(), String>,
+    ) -> Result<Self, NetnsError> {
         // Unique per process and per cluster within it (tests may run clusters in parallel).
         static CLUSTERS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = CLUSTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -182,10 +200,16 @@ impl NetnsCluster {
         for id in 1..=count {
             cluster.create_node(id, "new")?;
         }
+        prepare(&cluster.address_pattern()).map_err(NetnsError::Prepare)?;
         for id in 1..=count {
             cluster.restart(id)?;
         }
         Ok(cluster)
+    }
+
+    /// The address of node `{id}`: `10.213.S.{id}` with this cluster's subnet `S`.
+    pub fn address_pattern(&self) -> String {
+        format!("10.213.{}.{{id}}", self.subnet)
     }
 
     fn create_bridge(&self) -> Result<(), NetnsError> {

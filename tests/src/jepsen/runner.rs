@@ -20,11 +20,12 @@ use crate::jepsen::checker::bank::BankOptions;
 use crate::jepsen::checker::convergence::{check_convergence, check_liveness, NodeFinalState};
 use crate::jepsen::checker::linearizable::LinearizableOptions;
 use crate::jepsen::checker::{self, CheckResult, Verdict};
-use crate::jepsen::db::{self, Db, DbOptions, SubstrateKind};
+use crate::jepsen::db::{Db, DbOptions, SubstrateKind};
 use crate::jepsen::history::{History, Op, OpType, Process, Recorder};
 use crate::jepsen::nemesis::{self, Nemesis, NemesisKind};
 use crate::jepsen::report;
 use crate::jepsen::scenario::{self, Step};
+use crate::jepsen::security::SecurityOptions;
 use crate::jepsen::workload::{self, Workload, WorkloadKind, WorkloadOptions};
 
 /// Liveness bound after the final heal, ms.
@@ -66,10 +67,13 @@ pub struct TestOptions {
     /// Image of the `docker` substrate's containers.
     #[serde(default = "default_docker_image")]
     pub docker_image: String,
+    /// TLS and auth of the cluster and the harness's clients (off by default).
+    #[serde(default)]
+    pub security: SecurityOptions,
 }
 
 fn default_docker_image() -> String {
-    db::DEFAULT_DOCKER_IMAGE.to_string()
+    super::db::DEFAULT_DOCKER_IMAGE.to_string()
 }
 
 impl TestOptions {
@@ -92,6 +96,7 @@ impl TestOptions {
             script: None,
             checks: None,
             docker_image: default_docker_image(),
+            security: SecurityOptions::default(),
         }
     }
 
@@ -111,6 +116,7 @@ impl TestOptions {
         if self.substrate == SubstrateKind::Docker {
             cmd.push_str(&format!(" --image {}", self.docker_image));
         }
+        cmd.push_str(&self.security.flags());
         for a in &self.node_args {
             cmd.push_str(&format!(" --node-arg={a}"));
         }
@@ -219,8 +225,10 @@ fn make_run_dir(store: &Path, name: &str) -> Result<PathBuf, HarnessError> {
     Ok(dir)
 }
 
-/// Builds a client whose first endpoint is `first` (workers spread over nodes that way).
+/// Builds a workload client (TLS and the workload user when the run has them) whose first
+/// endpoint is `first` (workers spread over nodes that way).
 async fn client_for(
+    db: &Db,
     endpoints: &[String],
     first: usize,
     op_timeout: Duration,
@@ -230,8 +238,7 @@ async fn client_for(
         let n = eps.len();
         eps.rotate_left(first % n);
     }
-    ftkv_client::Client::builder()
-        .endpoints(eps)
+    db.client_builder(eps)
         .connect_timeout(Duration::from_secs(2))
         .request_timeout(op_timeout.min(Duration::from_secs(5)))
         .retry(ftkv_client::RetryPolicy {
@@ -298,6 +305,7 @@ pub async fn run_test(
         fake_clock: kinds.contains(&NemesisKind::Clock)
             && NemesisKind::Clock.unsupported_reason(options.substrate).is_none(),
         docker_image: options.docker_image.clone(),
+        security: options.security,
     };
     let db = Arc::new(
         Db::start(&db_options, Duration::from_secs(60))
@@ -321,7 +329,7 @@ async fn run_with_db(
     let endpoints = db.endpoints();
     let kind = options.workload;
     if kind == WorkloadKind::Bank {
-        let client = client_for(&endpoints, 0, op_timeout)
+        let client = client_for(db, &endpoints, 0, op_timeout)
             .await
             .map_err(HarnessError::Setup)?;
         workload::bank_setup(&client, &options.workload_options, Duration::from_secs(30))
@@ -372,10 +380,10 @@ async fn run_with_db(
                         return;
                     };
                     pinned = ep;
-                    client = client_for(std::slice::from_ref(&pinned), 0, op_timeout)
+                    client = client_for(&db, std::slice::from_ref(&pinned), 0, op_timeout)
                         .await
                         .ok();
-                    read_client = client_for(std::slice::from_ref(&pinned), 0, op_timeout)
+                    read_client = client_for(&db, std::slice::from_ref(&pinned), 0, op_timeout)
                         .await
                         .ok();
                 }
@@ -499,7 +507,7 @@ async fn run_with_db(
     nemesis.lock().await.heal_all().await;
     let heal_at = Instant::now();
     let mut finals = liveness_probe(db, heal_at).await;
-    let final_client = client_for(&db.endpoints(), 0, op_timeout).await;
+    let final_client = client_for(db, &db.endpoints(), 0, op_timeout).await;
     if let Ok(client) = &final_client {
         let wl = generator.lock().await.0.final_ops();
         let process = recorder.new_process();
@@ -588,7 +596,7 @@ async fn liveness_probe(db: &Db, heal_at: Instant) -> Vec<NodeFinalState> {
         };
         let Ok(ep) = db.endpoint(id) else { continue };
         while heal_at.elapsed() < Duration::from_millis(LIVENESS_BOUND_MS + 5_000) {
-            match db::status(&ep, false, Duration::from_secs(2)).await {
+            match db.status(&ep, false, Duration::from_secs(2)).await {
                 Ok(s) if s.leader_id != 0 => {
                     st.first_served_ms = Some(heal_at.elapsed().as_millis() as u64);
                     st.node_id = Some(s.node_id);
@@ -615,7 +623,7 @@ async fn gather_digests(db: &Db, finals: &mut [NodeFinalState]) {
         let mut statuses = Vec::new();
         for &id in &members {
             let ep = db.endpoint(id).unwrap_or_default();
-            statuses.push(db::status(&ep, true, Duration::from_secs(10)).await);
+            statuses.push(db.status(&ep, true, Duration::from_secs(10)).await);
         }
         let applied: Vec<Option<u64>> = statuses
             .iter()
@@ -767,6 +775,12 @@ mod tests {
         o.seed = 77;
         o.time_limit_ms = 20_000;
         o.node_args = vec!["--unsafe-local-reads".into()];
+        assert!(!o.replay_command().contains("--tls"));
+        o.security = SecurityOptions {
+            tls: true,
+            auth: true,
+            token_ttl_ms: None,
+        };
         let cmd = o.replay_command();
         for part in [
             "--workload set",
@@ -774,6 +788,7 @@ mod tests {
             "--time-limit 20s",
             "--seed 77",
             "--node-arg=--unsafe-local-reads",
+            " --tls --auth",
         ] {
             assert!(cmd.contains(part), "{cmd} lacks {part}");
         }

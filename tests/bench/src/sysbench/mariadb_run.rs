@@ -129,7 +129,13 @@ mod tests {
         assert!(common.contains(&"--tables=8".to_string()));
         assert!(common.contains(&"--mysql-socket=/s".to_string()));
         let run = run_phase_args(&args, 2);
-        for a in ["--threads=128", "--time=30", "--auto-inc=off", "--histogram=on", "--rand-seed=44"] {
+        for a in [
+            "--threads=128",
+            "--time=30",
+            "--auto-inc=off",
+            "--histogram=on",
+            "--rand-seed=44",
+        ] {
             assert!(run.contains(&a.to_string()), "{a} missing from {run:?}");
         }
         assert_eq!(run.last().map(String::as_str), Some("run"));

@@ -203,9 +203,7 @@ pub fn target_names(targets: &str) -> Vec<String> {
 
 async fn run_one(name: &str, kind: &TargetKind, args: &SysbenchArgs, run: u64) -> anyhow::Result<InsertRun> {
     let mut r = match kind {
-        TargetKind::Ftkv { engine, bin_dir } => {
-            kv::run_ftkv(engine, bin_dir.as_deref(), args, run).await?
-        }
+        TargetKind::Ftkv { engine, bin_dir } => kv::run_ftkv(engine, bin_dir.as_deref(), args, run).await?,
         TargetKind::Etcd => kv::run_etcd(args, run).await?,
         TargetKind::MariaDb(durability) => {
             let binaries = crate::mariadb::ensure_installed()?;

@@ -38,11 +38,7 @@ fn after<'a>(line: &'a str, label: &str) -> Option<&'a str> {
 }
 
 fn first_number(text: &str) -> Option<f64> {
-    text.split_whitespace()
-        .next()?
-        .trim_end_matches('s')
-        .parse()
-        .ok()
+    text.split_whitespace().next()?.trim_end_matches('s').parse().ok()
 }
 
 /// Parses one `[ 1s ] thds: 128 tps: 3398.19 qps: ... lat (ms,95%): 70.55 err/s: ...` line.
@@ -128,7 +124,10 @@ pub fn parse(text: &str) -> anyhow::Result<SysbenchReport> {
         }
     }
     let missing = |what: &str| format!("sysbench output has no {what:?} line");
-    anyhow::ensure!(!buckets.is_empty(), "sysbench output has no latency histogram (--histogram=on)");
+    anyhow::ensure!(
+        !buckets.is_empty(),
+        "sysbench output has no latency histogram (--histogram=on)"
+    );
     Ok(SysbenchReport {
         writes: writes.with_context(|| missing("write:"))?,
         transactions: transactions.with_context(|| missing("transactions:"))?,

@@ -86,9 +86,7 @@ pub struct Report {
 
 /// `N cores, M GiB, Linux <release>`.
 pub fn machine_line() -> String {
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
     let mem_gib = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| {
@@ -220,7 +218,11 @@ impl Report {
             .iter()
             .map(|r| plot::Series {
                 label: format!("{} run {}", r.target, r.run),
-                points: r.per_second.iter().map(|s| (s.t as f64, s.writes as f64)).collect(),
+                points: r
+                    .per_second
+                    .iter()
+                    .map(|s| (s.t as f64, s.writes as f64))
+                    .collect(),
             })
             .collect();
         std::fs::write(
@@ -250,11 +252,26 @@ impl Report {
             );
             println!("    errors:                              {}", s.errors);
             println!("Latency (ms):");
-            println!("         min:                          {:>10.2}", s.latency_min_ms);
-            println!("         avg:                          {:>10.2}", s.latency_avg_ms);
-            println!("         max:                          {:>10.2}", s.latency_max_ms);
-            println!("         95th percentile:              {:>10.2}", s.latency_p95_ms);
-            println!("         99th percentile:              {:>10.2}", s.latency_p99_ms);
+            println!(
+                "         min:                          {:>10.2}",
+                s.latency_min_ms
+            );
+            println!(
+                "         avg:                          {:>10.2}",
+                s.latency_avg_ms
+            );
+            println!(
+                "         max:                          {:>10.2}",
+                s.latency_max_ms
+            );
+            println!(
+                "         95th percentile:              {:>10.2}",
+                s.latency_p95_ms
+            );
+            println!(
+                "         99th percentile:              {:>10.2}",
+                s.latency_p99_ms
+            );
             println!("CPU per acknowledged write (µs):");
             println!(
                 "         all processes:                {:>10.1}",
@@ -316,12 +333,15 @@ mod tests {
             run("etcd", 3, 99_000.0, 1.0, false),
             run("ftkv", 3, 22_000.0, 11.0, true),
         ];
-        let names = vec!["etcd".to_string(), "ftkv".to_string()];
+        let names = ["etcd".to_string(), "ftkv".to_string()];
         let summary: Vec<TargetSummary> = names.iter().map(|n| summarize(n, &runs)).collect();
         let etcd = &summary[0];
         assert_eq!((etcd.valid_runs, etcd.runs), (2, 3));
         assert_eq!(etcd.writes_per_sec, 4_500.0);
-        assert_eq!((etcd.writes_per_sec_min, etcd.writes_per_sec_max), (4_000.0, 5_000.0));
+        assert_eq!(
+            (etcd.writes_per_sec_min, etcd.writes_per_sec_max),
+            (4_000.0, 5_000.0)
+        );
         assert_eq!(etcd.latency_p99_ms, 55.0);
         let ftkv = &summary[1];
         assert_eq!(ftkv.writes_per_sec, 20_000.0);

@@ -28,8 +28,8 @@ const SETTLE_READS: usize = 3;
 
 impl Nemesis {
     async fn admin_client(&self) -> Result<ftkv_client::Client, String> {
-        ftkv_client::Client::builder()
-            .endpoints(self.db.endpoints())
+        self.db
+            .admin_builder(self.db.endpoints())
             .build()
             .await
             .map_err(|e| format!("client: {e}"))

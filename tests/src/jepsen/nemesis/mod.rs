@@ -407,7 +407,9 @@ impl Nemesis {
         for id in watch {
             let Ok(ep) = self.db.endpoint(id) else { continue };
             while std::time::Instant::now() < deadline && self.db.is_running(id) {
-                if crate::jepsen::db::status(&ep, false, Duration::from_millis(500))
+                if self
+                    .db
+                    .status(&ep, false, Duration::from_millis(500))
                     .await
                     .is_ok()
                 {

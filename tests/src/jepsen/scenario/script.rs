@@ -267,10 +267,11 @@ impl ScriptContext {
     /// Status of every member at once (each bounded by `timeout`): `(id, term, is_leader)` of
     /// those that answered.
     async fn statuses(&self, timeout: Duration) -> Vec<(u64, u64, bool)> {
-        let asks = self.db.members().into_iter().filter_map(|id| {
-            let ep = self.db.endpoint(id).ok()?;
+        let db = &self.db;
+        let asks = db.members().into_iter().filter_map(|id| {
+            let ep = db.endpoint(id).ok()?;
             Some(async move {
-                crate::jepsen::db::status(&ep, false, timeout)
+                db.status(&ep, false, timeout)
                     .await
                     .ok()
                     .map(|st| (id, st.term, st.is_leader))
@@ -365,8 +366,9 @@ impl ScriptContext {
     }
 
     async fn scripted_op(&self, op: &PlannedOp, endpoints: Vec<String>) {
-        let client = ftkv_client::Client::builder()
-            .endpoints(endpoints)
+        let client = self
+            .db
+            .client_builder(endpoints)
             .connect_timeout(Duration::from_secs(2))
             .request_timeout(Duration::from_secs(3))
             .retry(ftkv_client::RetryPolicy {
