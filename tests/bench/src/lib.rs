@@ -25,6 +25,7 @@ pub mod mariadb;
 pub mod plot;
 pub mod ports;
 pub mod restart;
+pub mod summary;
 pub mod sysbench;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

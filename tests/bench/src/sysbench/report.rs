@@ -84,20 +84,7 @@ pub struct Report {
     pub ratios: Vec<Ratio>,
 }
 
-/// `N cores, M GiB, Linux <release>`.
-pub fn machine_line() -> String {
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    let mem_gib = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kib| kib / 1024.0 / 1024.0);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    format!("{cores} cores, {mem_gib:.0} GiB, Linux {}", kernel.trim())
-}
+pub use crate::summary::machine_line;
 
 fn summarize(target: &str, runs: &[InsertRun]) -> TargetSummary {
     let all: Vec<&InsertRun> = runs.iter().filter(|r| r.target == target).collect();
