@@ -69,7 +69,11 @@ pub fn command_line() -> String {
     let mut args = std::env::args();
     let bin = args
         .next()
-        .map(|a| Path::new(&a).file_name().map_or(a.clone(), |n| n.to_string_lossy().into_owned()))
+        .map(|a| {
+            Path::new(&a)
+                .file_name()
+                .map_or(a.clone(), |n| n.to_string_lossy().into_owned())
+        })
         .unwrap_or_default();
     std::iter::once(bin).chain(args).collect::<Vec<_>>().join(" ")
 }
@@ -102,7 +106,9 @@ mod tests {
             higher_is_better: true,
             values: vec![("ftkv".into(), 20_000.0), ("etcd".into(), 5_000.0)],
         };
-        Summary::new("cluster", "ftkv-bench cluster".into(), vec![row]).write(dir.path()).unwrap();
+        Summary::new("cluster", "ftkv-bench cluster".into(), vec![row])
+            .write(dir.path())
+            .unwrap();
         let back = Summary::read(dir.path()).unwrap();
         assert_eq!(back.workload, "cluster");
         assert_eq!(back.rows[0].values[1], ("etcd".to_string(), 5_000.0));
