@@ -23,6 +23,7 @@ use crate::fixture::{Binaries, Cluster, ClusterOptions};
 use crate::jepsen::docker::DockerCluster;
 use crate::jepsen::netns::NetnsCluster;
 use crate::jepsen::security::{Security, SecurityOptions};
+use crate::jepsen::substrate::Substrate;
 
 /// Substrate names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
@@ -59,12 +60,6 @@ pub enum DbError {
     /// The substrate failed.
     #[error("{0}")]
     Substrate(String),
-}
-
-enum Inner {
-    Local(Cluster),
-    Netns(NetnsCluster),
-    Docker(DockerCluster),
 }
 
 /// Node flag of the `lose-unsynced` node mode.
@@ -116,7 +111,7 @@ pub const CLOCK_NO_SKEW: &str = "+0";
 
 /// The cluster under test.
 pub struct Db {
-    inner: Inner,
+    inner: Box<dyn Substrate>,
     /// Current member ids (membership changes replace ids).
     members: Mutex<Vec<u64>>,
     next_id: Mutex<u64>,
@@ -216,7 +211,7 @@ impl Db {
                 })
                 .await
                 .map_err(sub)?;
-                Inner::Local(cluster)
+                Box::new(cluster) as Box<dyn Substrate>
             }
             SubstrateKind::Netns => {
                 crate::jepsen::netns::available().map_err(DbError::Unsupported)?;
@@ -235,7 +230,7 @@ impl Db {
                 .await
                 .map_err(sub)?;
                 security = prepared;
-                Inner::Netns(cluster.map_err(sub)?)
+                Box::new(cluster.map_err(sub)?)
             }
             SubstrateKind::Docker => {
                 let dir = options.dir.clone();
@@ -250,7 +245,7 @@ impl Db {
                     crate::jepsen::docker::DockerError::Unavailable(m) => DbError::Unsupported(m),
                     e => sub(e),
                 })?;
-                Inner::Docker(cluster)
+                Box::new(cluster)
             }
         };
         let db = Db {
@@ -320,11 +315,7 @@ impl Db {
 
     /// The substrate in use.
     pub fn substrate(&self) -> SubstrateKind {
-        match self.inner {
-            Inner::Local(_) => SubstrateKind::Local,
-            Inner::Netns(_) => SubstrateKind::Netns,
-            Inner::Docker(_) => SubstrateKind::Docker,
-        }
+        self.inner.kind()
     }
 
     /// Whether nodes run with [`LOSE_UNSYNCED_FLAG`] (a kill loses what was not fsynced).
@@ -356,11 +347,7 @@ impl Db {
 
     /// Client endpoint of node `id`.
     pub fn endpoint(&self, id: u64) -> Result<String, DbError> {
-        match &self.inner {
-            Inner::Local(c) => c.endpoint(id).map_err(sub),
-            Inner::Netns(c) => c.endpoint(id).map_err(sub),
-            Inner::Docker(c) => c.endpoint(id).map_err(sub),
-        }
+        self.inner.endpoint(id)
     }
 
     /// Client endpoints of the current members.
@@ -373,99 +360,52 @@ impl Db {
 
     /// Data dir of node `id`.
     pub fn data_dir(&self, id: u64) -> Result<PathBuf, DbError> {
-        match &self.inner {
-            Inner::Local(c) => c.data_dir(id).map_err(sub),
-            Inner::Netns(c) => c.data_dir(id).map_err(sub),
-            Inner::Docker(c) => c.data_dir(id).map_err(sub),
-        }
+        self.inner.data_dir(id)
     }
 
     /// Log file of node `id`.
     pub fn log_path(&self, id: u64) -> Result<PathBuf, DbError> {
-        match &self.inner {
-            Inner::Local(c) => c.node(id).map(|n| n.log_path).map_err(sub),
-            Inner::Netns(c) => c.log_path(id).map_err(sub),
-            Inner::Docker(c) => c.log_path(id).map_err(sub),
-        }
+        self.inner.log_path(id)
     }
 
     /// SIGKILL node `id`.
     pub fn kill(&self, id: u64) -> Result<(), DbError> {
-        match &self.inner {
-            Inner::Local(c) => {
-                if c.is_paused(id) {
-                    let _ = c.resume(id);
-                }
-                c.kill(id).map_err(sub)
-            }
-            Inner::Netns(c) => c.kill(id).map_err(sub),
-            Inner::Docker(c) => c.kill(id).map_err(sub),
-        }
+        self.inner.kill(id)
     }
 
     /// Start node `id` again on its data dir.
     pub fn restart(&self, id: u64) -> Result<(), DbError> {
-        match &self.inner {
-            Inner::Local(c) => c.restart(id).map_err(sub),
-            Inner::Netns(c) => c.restart(id).map_err(sub),
-            Inner::Docker(c) => c.restart(id).map_err(sub),
-        }
+        self.inner.restart(id)
     }
 
     /// Whether node `id` runs.
     pub fn is_running(&self, id: u64) -> bool {
-        match &self.inner {
-            Inner::Local(c) => c.is_running(id),
-            Inner::Netns(c) => c.is_running(id),
-            Inner::Docker(c) => c.is_running(id),
-        }
+        self.inner.is_running(id)
     }
 
     /// SIGSTOP node `id`.
     pub fn pause(&self, id: u64) -> Result<(), DbError> {
-        match &self.inner {
-            Inner::Local(c) => c.pause(id).map_err(sub),
-            Inner::Netns(c) => c.pause(id).map_err(sub),
-            Inner::Docker(c) => c.pause(id).map_err(sub),
-        }
+        self.inner.pause(id)
     }
 
     /// SIGCONT node `id`.
     pub fn resume(&self, id: u64) -> Result<(), DbError> {
-        match &self.inner {
-            Inner::Local(c) => c.resume(id).map_err(sub),
-            Inner::Netns(c) => c.resume(id).map_err(sub),
-            Inner::Docker(c) => c.resume(id).map_err(sub),
-        }
+        self.inner.resume(id)
     }
 
     /// Network partition into `groups` (netns and docker).
     pub fn partition(&self, groups: &[Vec<u64>]) -> Result<(), DbError> {
-        match &self.inner {
-            Inner::Local(_) => Err(DbError::Unsupported(
-                "partitions need the netns or docker substrate".into(),
-            )),
-            Inner::Netns(c) => c.partition(groups).map_err(sub),
-            Inner::Docker(c) => c.partition(groups).map_err(sub),
-        }
+        self.inner.partition(groups)
     }
 
     /// Removes every partition (no-op on local).
     pub fn heal(&self) -> Result<(), DbError> {
-        match &self.inner {
-            Inner::Local(_) => Ok(()),
-            Inner::Netns(c) => c.heal().map_err(sub),
-            Inner::Docker(c) => c.heal().map_err(sub),
-        }
+        self.inner.heal()
     }
 
     /// Deletes the data dir of stopped node `id`.
     pub fn wipe(&self, id: u64) -> Result<(), DbError> {
-        match &self.inner {
-            Inner::Local(c) => c.wipe(id).map_err(sub),
-            Inner::Netns(c) => c.wipe(id).map_err(sub),
-            Inner::Docker(c) => c.wipe(id).map_err(sub),
-        }
+        self.inner.wipe(id)
     }
 
     /// Starts a brand-new node (next free id) with `--initial-cluster-state existing`; returns
@@ -480,28 +420,8 @@ impl Db {
         if let Some(dir) = &self.clock_dir {
             write_clock_file(dir, id, CLOCK_NO_SKEW)?;
         }
-        match &self.inner {
-            Inner::Local(c) => {
-                let info = c.add_node(id).map_err(sub)?;
-                Ok((id, info.client_addr, info.peer_addr))
-            }
-            Inner::Netns(c) => {
-                c.add_node(id).map_err(sub)?;
-                Ok((
-                    id,
-                    c.endpoint(id).map_err(sub)?,
-                    c.peer_endpoint(id).map_err(sub)?,
-                ))
-            }
-            Inner::Docker(c) => {
-                c.add_node(id).map_err(sub)?;
-                Ok((
-                    id,
-                    c.endpoint(id).map_err(sub)?,
-                    c.peer_endpoint(id).map_err(sub)?,
-                ))
-            }
-        }
+        let (client, peer) = self.inner.add_node(id)?;
+        Ok((id, client, peer))
     }
 
     /// Sets the member list to `ids` (the membership the cluster reported: see
@@ -521,11 +441,7 @@ impl Db {
 
     /// Every node the substrate started, members or not.
     pub fn node_ids(&self) -> Vec<u64> {
-        match &self.inner {
-            Inner::Local(c) => c.ids(),
-            Inner::Netns(c) => c.ids(),
-            Inner::Docker(c) => c.ids(),
-        }
+        self.inner.ids()
     }
 
     /// The leader, if a node claims it now (the highest term wins).
@@ -570,20 +486,7 @@ impl Db {
 
     /// Stops everything and removes what the substrate created.
     pub fn teardown(&self) {
-        match &self.inner {
-            Inner::Local(c) => {
-                for id in c.ids() {
-                    if c.is_paused(id) {
-                        let _ = c.resume(id);
-                    }
-                    if c.is_running(id) {
-                        let _ = c.kill(id);
-                    }
-                }
-            }
-            Inner::Netns(c) => c.teardown(),
-            Inner::Docker(c) => c.teardown(),
-        }
+        self.inner.teardown()
     }
 }
 

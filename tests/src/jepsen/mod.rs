@@ -21,6 +21,7 @@ pub mod report;
 pub mod runner;
 pub mod scenario;
 pub mod security;
+mod substrate;
 pub mod workload;
 
 #[cfg(test)]
