@@ -8,6 +8,8 @@
 //! - `ftkv-bench bulk`: the bulk load (`ftkvctl load`) vs the same rows by `Put`, in the cluster.
 //! - `ftkv-bench sysbench-insert`: the seed's sysbench random inserts against ftkv, etcd and
 //!   MariaDB semi-sync (one master, two slaves) driven by Debian's `sysbench`.
+//! - `ftkv-bench table`: BENCHMARKS.md's opening table, generated from every workload's
+//!   `summary.json`.
 //!
 //! Depends on ftkv's client and engine crates and on the systems it compares against; nothing
 //! in ftkv depends on it.
@@ -27,6 +29,7 @@ pub mod ports;
 pub mod restart;
 pub mod summary;
 pub mod sysbench;
+pub mod table;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

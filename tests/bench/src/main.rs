@@ -26,6 +26,10 @@
 //! rows/s ÷ row-by-row rows/s, sizes against the text) and `DIR/bulk.svg` (see
 //! `ftkv_bench::bulk`).
 //!
+//! `ftkv-bench table --results tests/bench/results --update BENCHMARKS.md` rewrites the table
+//! of current figures that opens BENCHMARKS.md from each result folder's `summary.json` (see
+//! `ftkv_bench::table`); `--check` fails when they differ.
+//!
 //! `ftkv-bench sysbench-insert --targets ftkv,etcd,mariadb-semisync,mariadb-semisync-durable
 //! --clients 128 --duration 60s --runs 3 --out DIR` runs the seed's sysbench random inserts
 //! (8 tables of `sbtest` rows, random ids) against each target, MariaDB semi-sync through
@@ -134,6 +138,8 @@ enum Cmd {
     Bulk(bench::bulk::BulkArgs),
     /// The seed's sysbench random inserts: ftkv, etcd and MariaDB semi-sync (via `sysbench`).
     SysbenchInsert(bench::sysbench::SysbenchArgs),
+    /// The table of current figures that opens BENCHMARKS.md, from the results' summary.json.
+    Table(bench::table::TableArgs),
     /// Internal: one engine run, started by `engine` (not for direct use).
     #[command(hide = true)]
     EngineChild {
@@ -223,9 +229,36 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::Restart(args) => tokio::runtime::Runtime::new()?.block_on(bench::restart::run(&args)),
         Cmd::Bulk(args) => tokio::runtime::Runtime::new()?.block_on(bench::bulk::run(&args)),
+        Cmd::Table(args) => bench::table::run(&args),
         Cmd::SysbenchInsert(args) => tokio::runtime::Runtime::new()?.block_on(bench::sysbench::run(&args)),
         cluster @ Cmd::Cluster { .. } => tokio::runtime::Runtime::new()?.block_on(run_cluster(cluster)),
     }
+}
+
+/// `summary.json` of `cluster`: median puts/s and p99 per target.
+fn cluster_summary(report: &Report) -> bench::summary::Summary {
+    let shape = format!(
+        "puts, {} clients, {} B values",
+        report.load.clients, report.load.value_size
+    );
+    let row = |metric: String, unit: &str, higher_is_better: bool, f: &dyn Fn(&Summary) -> f64| {
+        bench::summary::SummaryRow {
+            metric,
+            unit: unit.to_string(),
+            higher_is_better,
+            values: report.summary.iter().map(|s| (s.target.clone(), f(s))).collect(),
+        }
+    };
+    bench::summary::Summary::new(
+        "cluster",
+        bench::summary::command_line(),
+        vec![
+            row(format!("{shape}: ops/s"), "ops/s", true, &|s| {
+                s.median_ops_per_sec
+            }),
+            row(format!("{shape}: p99"), "ms", false, &|s| s.median_p99_ms),
+        ],
+    )
 }
 
 async fn run_cluster(cmd: Cmd) -> anyhow::Result<()> {
@@ -334,6 +367,7 @@ async fn run_cluster(cmd: Cmd) -> anyhow::Result<()> {
         ratios,
     };
     std::fs::write(out.join("results.json"), serde_json::to_string_pretty(&report)?)?;
+    cluster_summary(&report).write(&out)?;
     let series = |f: &dyn Fn(&bench::Second) -> f64| -> Vec<plot::Series> {
         report
             .runs

@@ -17,7 +17,8 @@
 //! - InnoDB with the seed's settings (`innodb_flush_log_at_trx_commit=2`, `sync_binlog=0`,
 //!   [`Durability::Seed`]) or fully durable (`=1`, `=1`, [`Durability::Full`]);
 //!   `innodb_buffer_pool_size` 256 MiB, the same as each ftkv node's engine cache;
-//!   `innodb_log_file_size` 512 MiB so the short runs are not throttled by redo checkpoints.
+//!   `innodb_log_file_size` 512 MiB so the short runs are not throttled by redo checkpoints
+//!   (both set by [`InnoDbSizes`]; the smoke test makes them small).
 //! - As root the servers run as the `mysql` user (`--user=mysql`, datadirs chowned to it);
 //!   otherwise as the current user.
 //!
@@ -222,8 +223,40 @@ impl Checks {
     }
 }
 
+/// InnoDB memory and redo sizes of every server, as `mariadbd` size strings (`256M`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InnoDbSizes {
+    /// `innodb_buffer_pool_size`: 256M by default, each ftkv node's engine cache.
+    pub buffer_pool_size: String,
+    /// `innodb_log_file_size`: 512M by default, so the runs are not throttled by redo
+    /// checkpoints; a smoke run sets it small because the servers write it out when they
+    /// first start.
+    pub log_file_size: String,
+}
+
+impl Default for InnoDbSizes {
+    fn default() -> Self {
+        Self {
+            buffer_pool_size: "256M".to_string(),
+            log_file_size: "512M".to_string(),
+        }
+    }
+}
+
+/// Checks a `mariadbd` size flag's value: digits with an optional `K`, `M` or `G`.
+pub fn parse_size_flag(value: &str) -> Result<String, String> {
+    let digits = value.trim_end_matches(['K', 'M', 'G', 'k', 'm', 'g']);
+    let suffixes = value.len() - digits.len();
+    if digits.is_empty() || suffixes > 1 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "{value:?} is not a MariaDB size (digits with an optional K, M or G, e.g. 256M)"
+        ));
+    }
+    Ok(value.to_string())
+}
+
 /// Extra `mariadbd` flags of server `index` (0 = master).
-pub fn server_args(index: usize, durability: Durability) -> Vec<String> {
+pub fn server_args(index: usize, durability: Durability, sizes: &InnoDbSizes) -> Vec<String> {
     let (trx_commit, sync_binlog) = durability.settings();
     let mut args = vec![
         format!("--server-id={}", index + 1),
@@ -233,8 +266,8 @@ pub fn server_args(index: usize, durability: Durability) -> Vec<String> {
         "--gtid-strict-mode=ON".to_string(),
         "--skip-name-resolve".to_string(),
         "--max-connections=2000".to_string(),
-        "--innodb-buffer-pool-size=256M".to_string(),
-        "--innodb-log-file-size=512M".to_string(),
+        format!("--innodb-buffer-pool-size={}", sizes.buffer_pool_size),
+        format!("--innodb-log-file-size={}", sizes.log_file_size),
         format!("--innodb-flush-log-at-trx-commit={trx_commit}"),
         format!("--sync-binlog={sync_binlog}"),
     ];
@@ -273,7 +306,7 @@ impl MariaDbCluster {
     /// Creates the datadirs, starts the three servers on free ports, sets up GTID replication
     /// and the workload's user and database, then turns semi-sync on and waits until both
     /// slaves are semi-sync clients.
-    pub fn start(binaries: &Binaries, durability: Durability) -> anyhow::Result<Self> {
+    pub fn start(binaries: &Binaries, durability: Durability, sizes: &InnoDbSizes) -> anyhow::Result<Self> {
         let root = is_root();
         let dir = tempfile::Builder::new().prefix("ftkv-bench-mariadb-").tempdir()?;
         // The servers run as `mysql` and must reach their folders inside.
@@ -329,7 +362,7 @@ impl MariaDbCluster {
                 .arg(format!("--log-error={}", sdir.join("mariadbd.err").display()))
                 .arg(format!("--port={port}"))
                 .arg("--bind-address=127.0.0.1")
-                .args(server_args(i, durability));
+                .args(server_args(i, durability, sizes));
             if root {
                 cmd.arg("--user=mysql");
             }
@@ -591,11 +624,11 @@ mod tests {
 
     #[test]
     fn durability_variants_set_innodb_and_binlog_sync() {
-        let seed = server_args(0, Durability::Seed);
+        let seed = server_args(0, Durability::Seed, &InnoDbSizes::default());
         assert!(seed.contains(&"--innodb-flush-log-at-trx-commit=2".to_string()));
         assert!(seed.contains(&"--sync-binlog=0".to_string()));
         assert!(seed.contains(&"--rpl-semi-sync-master-wait-point=AFTER_SYNC".to_string()));
-        let full = server_args(2, Durability::Full);
+        let full = server_args(2, Durability::Full, &InnoDbSizes::default());
         assert!(full.contains(&"--innodb-flush-log-at-trx-commit=1".to_string()));
         assert!(full.contains(&"--sync-binlog=1".to_string()));
         assert!(full.contains(&"--server-id=3".to_string()));

@@ -7,7 +7,7 @@ use anyhow::Context;
 
 use super::{output, CpuUse, InsertRun, SysbenchArgs, WriteSecond};
 use crate::cpu::{self, CpuMeter};
-use crate::mariadb::{self, Binaries, Durability, MariaDbCluster};
+use crate::mariadb::{self, Binaries, Durability, InnoDbSizes, MariaDbCluster};
 
 /// `sysbench oltp_insert` arguments common to `prepare`, `run` and `cleanup`.
 pub fn sysbench_args(cluster_socket: &std::path::Path, args: &SysbenchArgs) -> Vec<String> {
@@ -64,7 +64,11 @@ pub fn run(
     args: &SysbenchArgs,
     run: u64,
 ) -> anyhow::Result<InsertRun> {
-    let cluster = MariaDbCluster::start(binaries, durability)?;
+    let sizes = InnoDbSizes {
+        buffer_pool_size: args.mariadb_buffer_pool_size.clone(),
+        log_file_size: args.mariadb_log_file_size.clone(),
+    };
+    let cluster = MariaDbCluster::start(binaries, durability, &sizes)?;
     let common = sysbench_args(&cluster.master_socket(), args);
     sysbench(binaries, &common, &["prepare".to_string()], "prepare")?;
     let servers = CpuMeter::start(&cluster.pids());
@@ -123,6 +127,8 @@ mod tests {
             table_size: 10_000,
             out: "x".into(),
             seed: 42,
+            mariadb_buffer_pool_size: "256M".into(),
+            mariadb_log_file_size: "512M".into(),
         };
         let common = sysbench_args(std::path::Path::new("/s"), &args);
         assert_eq!(common.first().map(String::as_str), Some("oltp_insert"));

@@ -69,6 +69,13 @@ pub struct SysbenchArgs {
     /// RNG seed (sysbench `--rand-seed`; the load generator's tasks derive theirs from it).
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// MariaDB targets: `innodb_buffer_pool_size` of every server.
+    #[arg(long, default_value = "256M", value_parser = crate::mariadb::parse_size_flag)]
+    pub mariadb_buffer_pool_size: String,
+    /// MariaDB targets: `innodb_log_file_size` of every server (each server writes it out
+    /// when it starts: a smoke run sets it small).
+    #[arg(long, default_value = "512M", value_parser = crate::mariadb::parse_size_flag)]
+    pub mariadb_log_file_size: String,
 }
 
 /// A target of this workload.

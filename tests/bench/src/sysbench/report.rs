@@ -85,6 +85,7 @@ pub struct Report {
 }
 
 pub use crate::summary::machine_line;
+use crate::summary::{command_line, Summary, SummaryRow};
 
 fn summarize(target: &str, runs: &[InsertRun]) -> TargetSummary {
     let all: Vec<&InsertRun> = runs.iter().filter(|r| r.target == target).collect();
@@ -153,9 +154,39 @@ impl Report {
         }
     }
 
-    /// Writes `results.json`, `writes_per_sec.svg`, `latency_p99.svg`, `writes_over_time.svg`.
+    /// The figures of `summary.json`: writes/s, p99 and CPU per write, medians per target.
+    pub fn summary(&self) -> Summary {
+        let shape = format!("{} clients, {} tables", self.clients, self.tables);
+        let row = |metric: String, unit: &str, higher_is_better: bool, f: &dyn Fn(&TargetSummary) -> f64| {
+            SummaryRow {
+                metric,
+                unit: unit.to_string(),
+                higher_is_better,
+                values: self.summary.iter().map(|s| (s.target.clone(), f(s))).collect(),
+            }
+        };
+        Summary::new(
+            "sysbench-insert",
+            command_line(),
+            vec![
+                row(format!("writes/s, {shape}"), "writes/s", true, &|s| {
+                    s.writes_per_sec
+                }),
+                row(format!("p99 latency, {shape}"), "ms", false, &|s| {
+                    s.latency_p99_ms
+                }),
+                row(format!("CPU per write, {shape}"), "µs", false, &|s| {
+                    s.cpu_per_write_us
+                }),
+            ],
+        )
+    }
+
+    /// Writes `results.json`, `summary.json`, `writes_per_sec.svg`, `latency_p99.svg`,
+    /// `writes_over_time.svg`.
     pub fn write(&self, out: &Path) -> anyhow::Result<()> {
         std::fs::write(out.join("results.json"), serde_json::to_string_pretty(self)?)?;
+        self.summary().write(out)?;
         let note = format!(
             "sysbench oltp_insert shape: {} clients, {} tables, {:.0} s per run, median of the valid runs of {} rounds, whiskers min..max; {}",
             self.clients, self.tables, self.duration_s, self.rounds, self.machine
