@@ -8,6 +8,7 @@
 //! - `ftkv-bench bulk`: the bulk load (`ftkvctl load`) vs the same rows by `Put`, in the cluster.
 //! - `ftkv-bench sysbench-insert`: the seed's sysbench random inserts against ftkv, etcd and
 //!   MariaDB semi-sync (one master, two slaves) driven by Debian's `sysbench`.
+//! - `ftkv-bench all`: every workload at full size, one after another.
 //! - `ftkv-bench table`: BENCHMARKS.md's opening table, generated from every workload's
 //!   `summary.json`.
 //!
@@ -18,6 +19,7 @@
 //! `key_space` keys with a `value_size`-byte value, for `duration`. Latency is recorded per
 //! request in an HDR histogram, and per second for the latency-over-time plot.
 
+pub mod all;
 pub mod bulk;
 pub mod cpu;
 pub mod engine;

@@ -26,6 +26,9 @@
 //! rows/s ÷ row-by-row rows/s, sizes against the text) and `DIR/bulk.svg` (see
 //! `ftkv_bench::bulk`).
 //!
+//! `ftkv-bench all --out DIR` runs every workload at full size into `DIR/<workload>/` and
+//! prints the table of their figures (see `ftkv_bench::all`).
+//!
 //! `ftkv-bench table --results tests/bench/results --update BENCHMARKS.md` rewrites the table
 //! of current figures that opens BENCHMARKS.md from each result folder's `summary.json` (see
 //! `ftkv_bench::table`); `--check` fails when they differ.
@@ -138,6 +141,8 @@ enum Cmd {
     Bulk(bench::bulk::BulkArgs),
     /// The seed's sysbench random inserts: ftkv, etcd and MariaDB semi-sync (via `sysbench`).
     SysbenchInsert(bench::sysbench::SysbenchArgs),
+    /// Every workload at full size, one after another, into `--out DIR/<workload>/`.
+    All(bench::all::AllArgs),
     /// The table of current figures that opens BENCHMARKS.md, from the results' summary.json.
     Table(bench::table::TableArgs),
     /// Internal: one engine run, started by `engine` (not for direct use).
@@ -229,6 +234,7 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::Restart(args) => tokio::runtime::Runtime::new()?.block_on(bench::restart::run(&args)),
         Cmd::Bulk(args) => tokio::runtime::Runtime::new()?.block_on(bench::bulk::run(&args)),
+        Cmd::All(args) => bench::all::run(&args),
         Cmd::Table(args) => bench::table::run(&args),
         Cmd::SysbenchInsert(args) => tokio::runtime::Runtime::new()?.block_on(bench::sysbench::run(&args)),
         cluster @ Cmd::Cluster { .. } => tokio::runtime::Runtime::new()?.block_on(run_cluster(cluster)),

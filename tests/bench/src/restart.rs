@@ -222,6 +222,20 @@ pub async fn run(args: &RestartArgs) -> anyhow::Result<()> {
         args.out.join("results.json"),
         serde_json::to_string_pretty(&report)?,
     )?;
+    crate::summary::Summary::new(
+        "restart",
+        crate::summary::command_line(),
+        vec![crate::summary::SummaryRow {
+            metric: format!("write pause at the leader, {} clients", args.clients),
+            unit: "ms".to_string(),
+            higher_is_better: false,
+            values: vec![
+                ("ftkv rolling restart".to_string(), rolling),
+                ("ftkv crash failover".to_string(), crash),
+            ],
+        }],
+    )
+    .write(&args.out)?;
     let bars: Vec<crate::plot::Series> = ["rolling", "crash"]
         .iter()
         .map(|mode| crate::plot::Series {

@@ -50,6 +50,9 @@ pub fn read_all(dir: &Path) -> anyhow::Result<Vec<Summary>> {
 }
 
 fn number(v: f64, unit: &str) -> String {
+    if unit == "bytes" && v.abs() >= 1e6 {
+        return number(v / 1e6, "MB");
+    }
     let digits = if v.abs() >= 100.0 {
         0
     } else if v.abs() >= 10.0 {
@@ -228,6 +231,7 @@ mod tests {
         assert_eq!(number(1_234_567.4, "rows/s"), "1,234,567 rows/s");
         assert_eq!(number(-1234.0, "x"), "-1,234 x");
         assert_eq!(number(2.345_67, "ms"), "2.35 ms");
+        assert_eq!(number(358_712_345.0, "bytes"), "359 MB");
         assert_eq!(advantage(0.0, 1.0, true), None);
     }
 }

@@ -45,6 +45,8 @@ use serde::Serialize;
 use crate::ftkv::{node_binary, FtkvCluster};
 
 mod embedded;
+mod summary;
+use summary::summary_of;
 #[cfg(test)]
 mod tests;
 
@@ -710,6 +712,7 @@ pub async fn run(args: &BulkArgs) -> anyhow::Result<()> {
     let results = args.out.join("results.json");
     std::fs::write(&results, serde_json::to_string_pretty(&report)?)
         .with_context(|| format!("cannot write {}", results.display()))?;
+    summary_of(&report).write(&args.out)?;
     let bars: Vec<crate::plot::Bar> = report
         .embedded_rows_per_sec
         .map(|spread| ("embedded engine: bulk".to_string(), spread))
