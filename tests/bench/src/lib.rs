@@ -8,6 +8,8 @@
 //! - `ftkv-bench bulk`: the bulk load (`ftkvctl load`) vs the same rows by `Put`, in the cluster.
 //! - `ftkv-bench sysbench-insert`: the seed's sysbench random inserts against ftkv, etcd and
 //!   MariaDB semi-sync (one master, two slaves) driven by Debian's `sysbench`.
+//! - `ftkv-bench scaling`: puts over client counts and value sizes, a curve per target
+//!   (see [`cluster_bench::scaling`]).
 //!
 //! Depends on ftkv's client and engine crates and on the systems it compares against; nothing
 //! in ftkv depends on it.
@@ -17,6 +19,7 @@
 //! request in an HDR histogram, and per second for the latency-over-time plot.
 
 pub mod bulk;
+pub mod cluster_bench;
 pub mod cpu;
 pub mod engine;
 pub mod etcd;

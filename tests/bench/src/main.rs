@@ -134,6 +134,8 @@ enum Cmd {
     Bulk(bench::bulk::BulkArgs),
     /// The seed's sysbench random inserts: ftkv, etcd and MariaDB semi-sync (via `sysbench`).
     SysbenchInsert(bench::sysbench::SysbenchArgs),
+    /// Puts at each client count and value size, a scaling curve per target.
+    Scaling(bench::cluster_bench::scaling::ScalingArgs),
     /// Internal: one engine run, started by `engine` (not for direct use).
     #[command(hide = true)]
     EngineChild {
@@ -224,6 +226,9 @@ fn main() -> anyhow::Result<()> {
         Cmd::Restart(args) => tokio::runtime::Runtime::new()?.block_on(bench::restart::run(&args)),
         Cmd::Bulk(args) => tokio::runtime::Runtime::new()?.block_on(bench::bulk::run(&args)),
         Cmd::SysbenchInsert(args) => tokio::runtime::Runtime::new()?.block_on(bench::sysbench::run(&args)),
+        Cmd::Scaling(args) => {
+            tokio::runtime::Runtime::new()?.block_on(bench::cluster_bench::scaling::run(&args))
+        }
         cluster @ Cmd::Cluster { .. } => tokio::runtime::Runtime::new()?.block_on(run_cluster(cluster)),
     }
 }
