@@ -10,6 +10,8 @@
 //!   MariaDB semi-sync (one master, two slaves) driven by Debian's `sysbench`.
 //! - `ftkv-bench scaling`: puts over client counts and value sizes, a curve per target
 //!   (see [`cluster_bench::scaling`]).
+//! - `ftkv-bench reads`: linearizable and serializable point reads and 100-row range scans
+//!   (see [`cluster_bench::reads`]).
 //!
 //! Depends on ftkv's client and engine crates and on the systems it compares against; nothing
 //! in ftkv depends on it.

@@ -136,6 +136,8 @@ enum Cmd {
     SysbenchInsert(bench::sysbench::SysbenchArgs),
     /// Puts at each client count and value size, a scaling curve per target.
     Scaling(bench::cluster_bench::scaling::ScalingArgs),
+    /// Linearizable and serializable point reads and range scans.
+    Reads(bench::cluster_bench::reads::ReadsArgs),
     /// Internal: one engine run, started by `engine` (not for direct use).
     #[command(hide = true)]
     EngineChild {
@@ -229,6 +231,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Scaling(args) => {
             tokio::runtime::Runtime::new()?.block_on(bench::cluster_bench::scaling::run(&args))
         }
+        Cmd::Reads(args) => tokio::runtime::Runtime::new()?.block_on(bench::cluster_bench::reads::run(&args)),
         cluster @ Cmd::Cluster { .. } => tokio::runtime::Runtime::new()?.block_on(run_cluster(cluster)),
     }
 }

@@ -10,6 +10,8 @@
 //! ([`Started`]), the CPU meter around a measured window ([`measure_cpu`]) and the small
 //! report helpers.
 
+pub mod etcd_ops;
+pub mod reads;
 pub mod scaling;
 
 use std::future::Future;
