@@ -12,6 +12,8 @@
 //!   (see [`cluster_bench::scaling`]).
 //! - `ftkv-bench reads`: linearizable and serializable point reads and 100-row range scans
 //!   (see [`cluster_bench::reads`]).
+//! - `ftkv-bench failover`: kill -9 of the leader under put load, ftkv vs etcd: the write
+//!   pause and the killed node's catch-up (see [`cluster_bench::failover`]).
 //!
 //! Depends on ftkv's client and engine crates and on the systems it compares against; nothing
 //! in ftkv depends on it.

@@ -138,6 +138,8 @@ enum Cmd {
     Scaling(bench::cluster_bench::scaling::ScalingArgs),
     /// Linearizable and serializable point reads and range scans.
     Reads(bench::cluster_bench::reads::ReadsArgs),
+    /// Kill -9 of the leader under put load: write pause and the killed node's catch-up.
+    Failover(bench::cluster_bench::failover::FailoverArgs),
     /// Internal: one engine run, started by `engine` (not for direct use).
     #[command(hide = true)]
     EngineChild {
@@ -232,6 +234,9 @@ fn main() -> anyhow::Result<()> {
             tokio::runtime::Runtime::new()?.block_on(bench::cluster_bench::scaling::run(&args))
         }
         Cmd::Reads(args) => tokio::runtime::Runtime::new()?.block_on(bench::cluster_bench::reads::run(&args)),
+        Cmd::Failover(args) => {
+            tokio::runtime::Runtime::new()?.block_on(bench::cluster_bench::failover::run(&args))
+        }
         cluster @ Cmd::Cluster { .. } => tokio::runtime::Runtime::new()?.block_on(run_cluster(cluster)),
     }
 }

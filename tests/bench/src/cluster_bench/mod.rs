@@ -11,6 +11,8 @@
 //! report helpers.
 
 pub mod etcd_ops;
+pub mod failover;
+pub mod procs;
 pub mod reads;
 pub mod scaling;
 
