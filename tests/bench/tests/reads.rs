@@ -66,7 +66,7 @@ fn reads_return_the_preloaded_values_and_full_scans() {
     }
     let summary = ftkv_bench::summary::Summary::read(out.path()).unwrap();
     assert_eq!(summary.workload, "reads");
-    assert_eq!(summary.rows.len(), kinds.len() * 3);
+    assert_eq!(summary.rows.len(), kinds.len() * 2);
     assert!(summary.rows.iter().all(|row| row.values.len() == targets.len()));
     for svg in ["reads_per_sec.svg", "latency_p99.svg"] {
         let text = std::fs::read_to_string(out.path().join(svg)).unwrap();

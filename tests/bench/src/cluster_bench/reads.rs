@@ -20,8 +20,9 @@
 //! per read, servers plus this process, from `/proc` ([`super::measure_cpu`]; `per_write_us`
 //! of [`CpuUse`] is per read here). Results: `DIR/results.json` (every phase of every run,
 //! medians per target and phase, the first target's median over each other one's per phase),
-//! `DIR/summary.json`, `DIR/reads_per_sec.svg` and `DIR/latency_p99.svg` (bar charts of the
-//! medians, whiskers from the slowest to the fastest run).
+//! `DIR/summary.json` (reads/s and p99 per phase), `DIR/reads_per_sec.svg` and
+//! `DIR/latency_p99.svg` (bar charts of the medians, whiskers from the slowest to the fastest
+//! run).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -494,7 +495,6 @@ fn summary(report: &Report) -> Summary {
         };
         rows.push(row("reads/s", "ops/s", true, &|m| m.reads_per_sec));
         rows.push(row("read p99", "ms", false, &|m| m.p99_ms));
-        rows.push(row("CPU per read", "µs", false, &|m| m.cpu_per_read_us));
     }
     Summary::new("reads", report.command.clone(), rows)
 }
