@@ -67,6 +67,50 @@ pub const WORKLOADS: &[(&str, &[&str])] = &[
         ],
     ),
     ("restart", &["restart", "--runs", "3"]),
+    (
+        "scaling",
+        &[
+            "scaling",
+            "--targets",
+            "ftkv,ftkv-sled,etcd",
+            "--clients",
+            "1,8,32,128,512",
+            "--value-sizes",
+            "100,1024,16384",
+            "--duration",
+            "10s",
+            "--runs",
+            "3",
+        ],
+    ),
+    (
+        "reads",
+        &[
+            "reads",
+            "--targets",
+            "ftkv,etcd",
+            "--clients",
+            "128",
+            "--duration",
+            "10s",
+            "--runs",
+            "3",
+            "--keys",
+            "100000",
+        ],
+    ),
+    (
+        "failover",
+        &[
+            "failover",
+            "--targets",
+            "ftkv,etcd",
+            "--clients",
+            "32",
+            "--runs",
+            "3",
+        ],
+    ),
 ];
 
 /// The workloads `--only` names, in [`WORKLOADS`] order.

@@ -8,6 +8,12 @@
 //! - `ftkv-bench bulk`: the bulk load (`ftkvctl load`) vs the same rows by `Put`, in the cluster.
 //! - `ftkv-bench sysbench-insert`: the seed's sysbench random inserts against ftkv, etcd and
 //!   MariaDB semi-sync (one master, two slaves) driven by Debian's `sysbench`.
+//! - `ftkv-bench scaling`: puts over client counts and value sizes, a curve per target
+//!   (see [`cluster_bench::scaling`]).
+//! - `ftkv-bench reads`: linearizable and serializable point reads and 100-row range scans
+//!   (see [`cluster_bench::reads`]).
+//! - `ftkv-bench failover`: kill -9 of the leader under put load, ftkv vs etcd: the write
+//!   pause and the killed node's catch-up (see [`cluster_bench::failover`]).
 //! - `ftkv-bench all`: every workload at full size, one after another.
 //! - `ftkv-bench table`: BENCHMARKS.md's opening table, generated from every workload's
 //!   `summary.json`.
@@ -21,6 +27,7 @@
 
 pub mod all;
 pub mod bulk;
+pub mod cluster_bench;
 pub mod cpu;
 pub mod engine;
 pub mod etcd;

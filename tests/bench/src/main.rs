@@ -141,6 +141,12 @@ enum Cmd {
     Bulk(bench::bulk::BulkArgs),
     /// The seed's sysbench random inserts: ftkv, etcd and MariaDB semi-sync (via `sysbench`).
     SysbenchInsert(bench::sysbench::SysbenchArgs),
+    /// Puts at each client count and value size, a scaling curve per target.
+    Scaling(bench::cluster_bench::scaling::ScalingArgs),
+    /// Linearizable and serializable point reads and range scans.
+    Reads(bench::cluster_bench::reads::ReadsArgs),
+    /// Kill -9 of the leader under put load: write pause and the killed node's catch-up.
+    Failover(bench::cluster_bench::failover::FailoverArgs),
     /// Every workload at full size, one after another, into `--out DIR/<workload>/`.
     All(bench::all::AllArgs),
     /// The table of current figures that opens BENCHMARKS.md, from the results' summary.json.
@@ -237,6 +243,13 @@ fn main() -> anyhow::Result<()> {
         Cmd::All(args) => bench::all::run(&args),
         Cmd::Table(args) => bench::table::run(&args),
         Cmd::SysbenchInsert(args) => tokio::runtime::Runtime::new()?.block_on(bench::sysbench::run(&args)),
+        Cmd::Scaling(args) => {
+            tokio::runtime::Runtime::new()?.block_on(bench::cluster_bench::scaling::run(&args))
+        }
+        Cmd::Reads(args) => tokio::runtime::Runtime::new()?.block_on(bench::cluster_bench::reads::run(&args)),
+        Cmd::Failover(args) => {
+            tokio::runtime::Runtime::new()?.block_on(bench::cluster_bench::failover::run(&args))
+        }
         cluster @ Cmd::Cluster { .. } => tokio::runtime::Runtime::new()?.block_on(run_cluster(cluster)),
     }
 }
