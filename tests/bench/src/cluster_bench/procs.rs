@@ -154,8 +154,7 @@ mod tests {
             .env("FTKV_PROCS_TEST", "1")
             .spawn()
             .unwrap();
-        let spec = ProcSpec::of(first.id()).unwrap();
-        assert!(spec.has_arg("30"), "{spec:?}");
+        let spec = sleep_spec(first.id());
         assert_eq!(spec.cwd, dir.path().canonicalize().unwrap());
         assert!(spec.env.iter().any(|(k, v)| k == "FTKV_PROCS_TEST" && v == "1"));
         assert_eq!(
@@ -167,6 +166,20 @@ mod tests {
         let _ = first.wait();
         let mut again = Restarted::start(&spec, &dir.path().join("log")).unwrap();
         assert!(again.is_running());
-        assert!(ProcSpec::of(again.pid()).unwrap().has_arg("30"));
+        assert!(sleep_spec(again.pid()).has_arg("30"));
+    }
+
+    /// The spec of a `sleep 30` child. spawn returns once the child has begun its exec, which
+    /// may be before the kernel has set up the new command line (reading it then gives
+    /// nothing): wait for it.
+    fn sleep_spec(pid: u32) -> ProcSpec {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match ProcSpec::of(pid) {
+                Ok(spec) if spec.has_arg("30") => return spec,
+                other => assert!(std::time::Instant::now() < deadline, "{other:?}"),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 }
