@@ -8,6 +8,8 @@
 //! - `ftkv-bench bulk`: the bulk load (`ftkvctl load`) vs the same rows by `Put`, in the cluster.
 //! - `ftkv-bench sysbench-insert`: the seed's sysbench random inserts against ftkv, etcd and
 //!   MariaDB semi-sync (one master, two slaves) driven by Debian's `sysbench`.
+//! - `ftkv-bench compression`, `beyond-memory`, `instant-ddl`: issue 19's storage workloads
+//!   through three-node clusters (see [`storage`]).
 //!
 //! Depends on ftkv's client and engine crates and on the systems it compares against; nothing
 //! in ftkv depends on it.
@@ -25,6 +27,7 @@ pub mod mariadb;
 pub mod plot;
 pub mod ports;
 pub mod restart;
+pub mod storage;
 pub mod summary;
 pub mod sysbench;
 

@@ -134,6 +134,12 @@ enum Cmd {
     Bulk(bench::bulk::BulkArgs),
     /// The seed's sysbench random inserts: ftkv, etcd and MariaDB semi-sync (via `sysbench`).
     SysbenchInsert(bench::sysbench::SysbenchArgs),
+    /// `timeline_1009` rows through each cluster: raw bytes vs bytes on disk per node.
+    Compression(bench::storage::compression::CompressionArgs),
+    /// Random inserts into a cluster with small node caches in memory cgroups: rows/s over time.
+    BeyondMemory(bench::storage::beyond_memory::BeyondMemoryArgs),
+    /// DeleteRange and broadcast upsert over N keys vs one by one, through the cluster.
+    InstantDdl(bench::storage::instant_ddl::InstantDdlArgs),
     /// Internal: one engine run, started by `engine` (not for direct use).
     #[command(hide = true)]
     EngineChild {
@@ -224,6 +230,15 @@ fn main() -> anyhow::Result<()> {
         Cmd::Restart(args) => tokio::runtime::Runtime::new()?.block_on(bench::restart::run(&args)),
         Cmd::Bulk(args) => tokio::runtime::Runtime::new()?.block_on(bench::bulk::run(&args)),
         Cmd::SysbenchInsert(args) => tokio::runtime::Runtime::new()?.block_on(bench::sysbench::run(&args)),
+        Cmd::Compression(args) => {
+            tokio::runtime::Runtime::new()?.block_on(bench::storage::compression::run(&args))
+        }
+        Cmd::BeyondMemory(args) => {
+            tokio::runtime::Runtime::new()?.block_on(bench::storage::beyond_memory::run(&args))
+        }
+        Cmd::InstantDdl(args) => {
+            tokio::runtime::Runtime::new()?.block_on(bench::storage::instant_ddl::run(&args))
+        }
         cluster @ Cmd::Cluster { .. } => tokio::runtime::Runtime::new()?.block_on(run_cluster(cluster)),
     }
 }
