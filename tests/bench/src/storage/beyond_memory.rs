@@ -96,7 +96,8 @@ pub struct BeyondMemoryRun {
     pub rows_requested: u64,
     /// The load, with rows acknowledged per second.
     pub load: LoadOutcome,
-    /// Median of the per-second rates (the last, partial second left out).
+    /// Median of the per-second rates (the last, partial second and a stalled run's final
+    /// seconds without an acknowledgement left out).
     pub median_rows_per_second: f64,
     /// True when every row was acknowledged.
     pub completed: bool,
@@ -267,6 +268,10 @@ async fn one_run(
     };
     let sizes = targets::disk_sizes(&target)?;
     let mut rates: Vec<f64> = load.rows_per_second.iter().map(|r| *r as f64).collect();
+    // A stalled run ends in its stall window: seconds without an acknowledgement.
+    while rates.len() > 1 && rates.last() == Some(&0.0) {
+        rates.pop();
+    }
     if rates.len() > 1 {
         rates.pop();
     }

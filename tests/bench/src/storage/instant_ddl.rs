@@ -76,6 +76,10 @@ pub struct Timed {
     pub ack_ms: f64,
     /// From the request until every node's reads reflect it, milliseconds.
     pub visible_ms: f64,
+    /// The slowest of the reads that first saw the operation on each node, milliseconds: when
+    /// close to `visible_ms - ack_ms`, the wait is the read itself (skipping deleted keys),
+    /// not replication.
+    pub slowest_read_ms: f64,
 }
 
 /// One run of one target.
@@ -162,7 +166,10 @@ pub async fn run(args: &InstantDdlArgs) -> anyhow::Result<()> {
             let r = one_run(args, name, *kind, target_port(args.base_port, i)?, run).await?;
             let fmt = |t: Option<Timed>| {
                 t.map_or("-".to_string(), |t| {
-                    format!("ack {:.1} ms, visible {:.1} ms", t.ack_ms, t.visible_ms)
+                    format!(
+                        "ack {:.1} ms, visible {:.1} ms (slowest read {:.1} ms)",
+                        t.ack_ms, t.visible_ms, t.slowest_read_ms
+                    )
                 })
             };
             eprintln!(
@@ -223,6 +230,7 @@ async fn one_run(
         delete_range: Timed {
             ack_ms: 0.0,
             visible_ms: 0.0,
+            slowest_read_ms: 0.0,
         },
         etcd_deleted: None,
         one_by_one: None,
@@ -335,12 +343,13 @@ impl Readers {
 
     /// Milliseconds from `started` until `check(node)` holds on every node (each node polled
     /// until it holds once; nothing writes meanwhile, so it keeps holding).
-    async fn until_every_node<F, Fut>(&self, started: Instant, check: F) -> anyhow::Result<f64>
+    async fn until_every_node<F, Fut>(&self, started: Instant, check: F) -> anyhow::Result<(f64, f64)>
     where
         F: Fn(usize) -> Fut,
         Fut: std::future::Future<Output = anyhow::Result<bool>>,
     {
         let mut pending: Vec<usize> = (0..self.nodes()).collect();
+        let mut slowest_read_ms = 0.0f64;
         while !pending.is_empty() {
             anyhow::ensure!(
                 started.elapsed() < VISIBLE_TIMEOUT,
@@ -348,7 +357,10 @@ impl Readers {
             );
             let mut still = Vec::new();
             for i in pending {
-                if !check(i).await? {
+                let read = Instant::now();
+                if check(i).await? {
+                    slowest_read_ms = slowest_read_ms.max(ms(read));
+                } else {
                     still.push(i);
                 }
             }
@@ -357,7 +369,7 @@ impl Readers {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }
-        Ok(ms(started))
+        Ok((ms(started), slowest_read_ms))
     }
 }
 
@@ -380,10 +392,14 @@ async fn upsert_range(client: &ftkv_client::Client, readers: &Readers, keys: u64
         .await
         .context("broadcast upsert")?;
     let ack_ms = ms(started);
-    let visible_ms = readers
+    let (visible_ms, slowest_read_ms) = readers
         .until_every_node(started, |i| readers.counters_on(i, &samples, 1))
         .await?;
-    Ok(Timed { ack_ms, visible_ms })
+    Ok(Timed {
+        ack_ms,
+        visible_ms,
+        slowest_read_ms,
+    })
 }
 
 /// Keys of counter value 1 in range A on each node (a full serializable scan of each).
@@ -425,10 +441,14 @@ async fn ftkv_delete_range(client: &ftkv_client::Client, readers: &Readers) -> a
     let started = Instant::now();
     client.delete_prefix(RANGE_A).await.context("DeleteRange")?;
     let ack_ms = ms(started);
-    let visible_ms = readers
+    let (visible_ms, slowest_read_ms) = readers
         .until_every_node(started, |i| readers.empty_on(i, RANGE_A))
         .await?;
-    Ok(Timed { ack_ms, visible_ms })
+    Ok(Timed {
+        ack_ms,
+        visible_ms,
+        slowest_read_ms,
+    })
 }
 
 /// Deletes range B key by key from `clients` tasks; returns the times and the failed requests.
@@ -478,10 +498,17 @@ async fn one_by_one(
     }
     progress.abort();
     let ack_ms = ms(started);
-    let visible_ms = readers
+    let (visible_ms, slowest_read_ms) = readers
         .until_every_node(started, |i| readers.empty_on(i, RANGE_B))
         .await?;
-    Ok((Timed { ack_ms, visible_ms }, errors.load(Ordering::Relaxed)))
+    Ok((
+        Timed {
+            ack_ms,
+            visible_ms,
+            slowest_read_ms,
+        },
+        errors.load(Ordering::Relaxed),
+    ))
 }
 
 async fn etcd_delete_range(endpoints: &[String], readers: &Readers) -> anyhow::Result<(Timed, u64)> {
@@ -498,11 +525,15 @@ async fn etcd_delete_range(endpoints: &[String], readers: &Readers) -> anyhow::R
         .context("etcd DeleteRange")?
         .into_inner();
     let ack_ms = ms(started);
-    let visible_ms = readers
+    let (visible_ms, slowest_read_ms) = readers
         .until_every_node(started, |i| readers.empty_on(i, RANGE_A))
         .await?;
     Ok((
-        Timed { ack_ms, visible_ms },
+        Timed {
+            ack_ms,
+            visible_ms,
+            slowest_read_ms,
+        },
         u64::try_from(r.deleted).unwrap_or(0),
     ))
 }
@@ -514,11 +545,13 @@ fn summarize(target: &str, runs: &[InstantDdlRun]) -> InstantDdlSummary {
         (!ts.is_empty()).then(|| Timed {
             ack_ms: crate::median(&ts.iter().map(|t| t.ack_ms).collect::<Vec<_>>()),
             visible_ms: crate::median(&ts.iter().map(|t| t.visible_ms).collect::<Vec<_>>()),
+            slowest_read_ms: crate::median(&ts.iter().map(|t| t.slowest_read_ms).collect::<Vec<_>>()),
         })
     };
     let delete_range = med(&|r| Some(r.delete_range)).unwrap_or(Timed {
         ack_ms: 0.0,
         visible_ms: 0.0,
+        slowest_read_ms: 0.0,
     });
     let one_by_one = med(&|r| r.one_by_one);
     InstantDdlSummary {
