@@ -58,6 +58,8 @@ fn beyond_memory_smoke_run_inserts_every_row_into_confined_nodes() {
             let peak = n["cgroup_peak_bytes"].as_u64().unwrap();
             assert!(peak > 0 && peak <= 128 << 20, "{n}");
             assert_eq!(n["alive"], true, "{n}");
+            // The node runs with the cache asked for.
+            assert_eq!(n["cache_capacity_bytes"].as_u64(), Some(4 << 20), "{n}");
         }
         for s in run["sizes"].as_array().unwrap() {
             assert!(

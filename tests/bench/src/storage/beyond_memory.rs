@@ -83,6 +83,9 @@ pub struct NodeMemory {
     pub oom_kills: Option<u64>,
     /// Whether the process was still running at the end of the load.
     pub alive: bool,
+    /// The node's own `ftkv_engine_cache_capacity_bytes` (its status port's `/metrics`) at the
+    /// start: the cache setting as the node took it.
+    pub cache_capacity_bytes: Option<u64>,
 }
 
 /// One run of one target.
@@ -222,6 +225,27 @@ fn confine_nodes(
         .collect()
 }
 
+/// The `ftkv_engine_cache_capacity_bytes` gauge of the playground node whose client endpoint is
+/// `client_endpoint` (its status port is the client port + 2), by a plain HTTP/1.0 `GET
+/// /metrics`; `None` when it cannot be read within 5 s.
+async fn cache_capacity_bytes(client_endpoint: &str) -> Option<u64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (host, port) = client_endpoint.rsplit_once(':')?;
+    let status_port = port.parse::<u16>().ok()?.checked_add(2)?;
+    let read = async {
+        let mut stream = tokio::net::TcpStream::connect((host, status_port)).await.ok()?;
+        let request = format!("GET /metrics HTTP/1.0\r\nHost: {host}\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text).await.ok()?;
+        let value = text
+            .lines()
+            .find_map(|l| l.strip_prefix("ftkv_engine_cache_capacity_bytes "))?;
+        value.trim().parse::<f64>().ok().map(|v| v as u64)
+    };
+    tokio::time::timeout(Duration::from_secs(5), read).await.ok()?
+}
+
 async fn one_run(
     args: &BeyondMemoryArgs,
     name: &str,
@@ -234,6 +258,10 @@ async fn one_run(
     let node_args = vec![format!("--cache-size={}KiB", args.cache_size >> 10)];
     let target = Arc::new(Running::start(kind, port, &node_args).await?);
     let groups = confine_nodes(&target, name, run, memory_limit)?;
+    let mut capacities = Vec::new();
+    for e in target.endpoints() {
+        capacities.push(cache_capacity_bytes(e).await);
+    }
     let shape = LoadShape {
         rows,
         batch_rows: args.batch_rows,
@@ -257,6 +285,7 @@ async fn one_run(
             limit_hits: cg.limit_hits(),
             oom_kills: cg.oom_kills(),
             alive: std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            cache_capacity_bytes: capacities.get(i).copied().flatten(),
         })
         .collect();
     let completed = !load.stalled && load.rows_acknowledged == rows;
