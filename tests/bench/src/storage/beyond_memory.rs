@@ -148,6 +148,7 @@ struct Report {
 pub async fn run(args: &BeyondMemoryArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.cache_size >= 1 << 20, "--cache-size must be at least 1MiB");
     anyhow::ensure!(args.data_multiple > 0, "--data-multiple must be > 0");
+    anyhow::ensure!(args.runs > 0, "--runs must be > 0");
     let targets = targets::parse_targets(&args.targets, &["ftkv", "ftkv-sled"])?;
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     let memory_limit = args.memory_limit.unwrap_or((4 * args.cache_size).max(128 << 20));

@@ -122,6 +122,7 @@ fn largest(sizes: &[DiskSize], f: impl Fn(&DiskSize) -> u64) -> u64 {
 /// Runs `ftkv-bench compression`.
 pub async fn run(args: &CompressionArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.rows > 0, "--rows must be > 0");
+    anyhow::ensure!(args.runs > 0, "--runs must be > 0");
     anyhow::ensure!(
         (1..=targets::ETCD_MAX_TXN_OPS as u64).contains(&args.batch_rows),
         "--batch-rows must be 1..=128"

@@ -151,6 +151,7 @@ fn ms(since: Instant) -> f64 {
 /// Runs `ftkv-bench instant-ddl`.
 pub async fn run(args: &InstantDdlArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.keys > 0, "--keys must be > 0");
+    anyhow::ensure!(args.runs > 0, "--runs must be > 0");
     anyhow::ensure!(
         (1..=targets::ETCD_MAX_TXN_OPS as u64).contains(&args.batch_rows),
         "--batch-rows must be 1..=128"
