@@ -60,20 +60,6 @@ impl MemoryCgroup {
             .with_context(|| format!("add process {pid} to {}", self.dir.display()))
     }
 
-    /// Memory charged to the group now (v1 `memory.usage_in_bytes`, v2 `memory.current`).
-    pub fn usage_bytes(&self) -> Option<u64> {
-        let file = if self.v1 {
-            "memory.usage_in_bytes"
-        } else {
-            "memory.current"
-        };
-        std::fs::read_to_string(self.dir.join(file))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
-    }
-
     /// Peak memory charged to the group (v1 `memory.max_usage_in_bytes`, v2 `memory.peak`).
     pub fn peak_bytes(&self) -> Option<u64> {
         let file = if self.v1 {
