@@ -5,11 +5,11 @@
 //!   (BENCH.md, "How to measure honestly here").
 //! - `ftkv-bench engine`: the storage engines (fractal, sled, fjall) in-process.
 //! - `ftkv-bench restart`: the write pause of a rolling restart vs a crash failover.
+//! - `ftkv-bench compression`, `beyond-memory`, `instant-ddl`: issue 19's storage workloads
+//!   through three-node clusters (see [`storage`]).
 //! - `ftkv-bench bulk`: the bulk load (`ftkvctl load`) vs the same rows by `Put`, in the cluster.
 //! - `ftkv-bench sysbench-insert`: the seed's sysbench random inserts against ftkv, etcd and
 //!   MariaDB semi-sync (one master, two slaves) driven by Debian's `sysbench`.
-//! - `ftkv-bench compression`, `beyond-memory`, `instant-ddl`: issue 19's storage workloads
-//!   through three-node clusters (see [`storage`]).
 //!
 //! Depends on ftkv's client and engine crates and on the systems it compares against; nothing
 //! in ftkv depends on it.

@@ -3,13 +3,13 @@
 //! must be present, positive and consistent. Needs root (cgroups), as the bench does.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+mod storage_smoke;
 
 #[test]
 fn beyond_memory_smoke_run_inserts_every_row_into_confined_nodes() {
     let targets = ["ftkv", "ftkv-sled"];
     let out = tempfile::tempdir().unwrap();
-    let mut cmd = common::bench();
+    let mut cmd = storage_smoke::bench();
     cmd.args([
         "beyond-memory",
         "--cache-size",
@@ -23,10 +23,10 @@ fn beyond_memory_smoke_run_inserts_every_row_into_confined_nodes() {
     .args(["--targets", &targets.join(","), "--base-port", "32200"])
     .arg("--out")
     .arg(out.path());
-    let stdout = common::run(cmd);
+    let stdout = storage_smoke::run(cmd);
     assert!(stdout.contains("rows/s(med)"), "{stdout}");
 
-    let r = common::json(out.path(), "results.json");
+    let r = storage_smoke::json(out.path(), "results.json");
     let rows = r["rows"].as_u64().unwrap();
     let row_bytes = r["row_bytes"].as_u64().unwrap();
     assert_eq!(row_bytes, 3 + 16 + 100);
@@ -69,7 +69,7 @@ fn beyond_memory_smoke_run_inserts_every_row_into_confined_nodes() {
         }
     }
     assert_eq!(r["ratios"].as_array().unwrap().len(), 2);
-    common::assert_summary(out.path(), "beyond-memory", &targets, &targets);
-    common::assert_svg(out.path(), "beyond_memory.svg", "<polyline");
-    common::assert_svg(out.path(), "beyond_memory_bars.svg", "<rect");
+    storage_smoke::assert_summary(out.path(), "beyond-memory", &targets, &targets);
+    storage_smoke::assert_svg(out.path(), "beyond_memory.svg", "<polyline");
+    storage_smoke::assert_svg(out.path(), "beyond_memory_bars.svg", "<rect");
 }

@@ -3,17 +3,17 @@
 //! positive and consistent.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+mod storage_smoke;
 
 #[test]
 fn compression_smoke_run_measures_every_node_of_every_target() {
     let mut targets = vec!["ftkv", "ftkv-sled"];
-    if common::etcd_available() {
+    if storage_smoke::etcd_available() {
         targets.push("etcd");
     }
     let out = tempfile::tempdir().unwrap();
     let rows = 5_000u64;
-    let mut cmd = common::bench();
+    let mut cmd = storage_smoke::bench();
     cmd.args([
         "compression",
         "--rows",
@@ -26,10 +26,10 @@ fn compression_smoke_run_measures_every_node_of_every_target() {
     .args(["--targets", &targets.join(","), "--base-port", "32000"])
     .arg("--out")
     .arg(out.path());
-    let stdout = common::run(cmd);
+    let stdout = storage_smoke::run(cmd);
     assert!(stdout.contains("raw/store"), "{stdout}");
 
-    let r = common::json(out.path(), "results.json");
+    let r = storage_smoke::json(out.path(), "results.json");
     let raw = rows * (14 + 8 + 18);
     let runs = r["runs"].as_array().unwrap();
     let names: Vec<&str> = runs.iter().map(|x| x["target"].as_str().unwrap()).collect();
@@ -73,6 +73,6 @@ fn compression_smoke_run_measures_every_node_of_every_target() {
         r["ratios"].as_array().unwrap().len(),
         targets.len() * (targets.len() - 1)
     );
-    common::assert_summary(out.path(), "compression", &targets, &targets);
-    common::assert_svg(out.path(), "compression.svg", "<rect");
+    storage_smoke::assert_summary(out.path(), "compression", &targets, &targets);
+    storage_smoke::assert_svg(out.path(), "compression.svg", "<rect");
 }

@@ -3,17 +3,17 @@
 //! DeleteRange and the one-by-one deletes no node holds a key.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+mod storage_smoke;
 
 #[test]
 fn instant_ddl_smoke_run_leaves_no_key_on_any_node() {
     let mut targets = vec!["ftkv"];
-    if common::etcd_available() {
+    if storage_smoke::etcd_available() {
         targets.push("etcd");
     }
     let keys = 2_000u64;
     let out = tempfile::tempdir().unwrap();
-    let mut cmd = common::bench();
+    let mut cmd = storage_smoke::bench();
     cmd.args([
         "instant-ddl",
         "--keys",
@@ -26,10 +26,10 @@ fn instant_ddl_smoke_run_leaves_no_key_on_any_node() {
     .args(["--targets", &targets.join(","), "--base-port", "32400"])
     .arg("--out")
     .arg(out.path());
-    let stdout = common::run(cmd);
+    let stdout = storage_smoke::run(cmd);
     assert!(stdout.contains("DeleteRange ack/vis"), "{stdout}");
 
-    let r = common::json(out.path(), "results.json");
+    let r = storage_smoke::json(out.path(), "results.json");
     let runs = r["runs"].as_array().unwrap();
     let names: Vec<&str> = runs.iter().map(|x| x["target"].as_str().unwrap()).collect();
     // Two rounds, the targets alternating: A B A B.
@@ -66,7 +66,7 @@ fn instant_ddl_smoke_run_leaves_no_key_on_any_node() {
             assert!(run["one_by_one"].is_null());
         }
     }
-    let s = common::assert_summary(out.path(), "instant-ddl", &targets, &["ftkv"]);
+    let s = storage_smoke::assert_summary(out.path(), "instant-ddl", &targets, &["ftkv"]);
     assert_eq!(s["rows"].as_array().unwrap().len(), 6);
-    common::assert_svg(out.path(), "instant_ddl.svg", "<rect");
+    storage_smoke::assert_svg(out.path(), "instant_ddl.svg", "<rect");
 }

@@ -393,10 +393,23 @@ pub async fn etcd_compact_and_defragment(cluster: &EtcdCluster) -> anyhow::Resul
     .await
     .context("etcd compact")?;
     for e in &cluster.endpoints {
-        pb::maintenance_client::MaintenanceClient::new(channel(e)?)
-            .defragment(pb::DefragmentRequest {})
+        defragment(e)
             .await
             .with_context(|| format!("etcd defragment of {e}"))?;
     }
+    Ok(())
+}
+
+/// etcd's `Maintenance.Defragment` on the member at `endpoint`, called by its method path (the
+/// proto subset declares its messages only, beside the subset's `Maintenance` service).
+async fn defragment(endpoint: &str) -> anyhow::Result<()> {
+    let mut grpc = tonic::client::Grpc::new(channel(endpoint)?);
+    grpc.ready()
+        .await
+        .map_err(|e| anyhow::anyhow!("not ready: {e}"))?;
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/etcdserverpb.Maintenance/Defragment");
+    let codec = tonic_prost::ProstCodec::<pb::DefragmentRequest, pb::DefragmentResponse>::default();
+    grpc.unary(tonic::Request::new(pb::DefragmentRequest {}), path, codec)
+        .await?;
     Ok(())
 }

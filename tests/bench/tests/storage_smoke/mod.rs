@@ -1,5 +1,6 @@
-//! Shared pieces of the bench smoke tests: the real `ftkv-bench` binary (with the `ftkv-node`
-//! beside it in the same target directory), etcd when installed, and reading the JSON it wrote.
+//! Shared pieces of the storage-workload smoke tests (compression, beyond-memory,
+//! instant-ddl): the real `ftkv-bench` binary (with the `ftkv-node` beside it in the same target
+//! directory), etcd when installed, and reading the JSON it wrote.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
