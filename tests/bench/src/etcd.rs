@@ -153,6 +153,12 @@ impl EtcdCluster {
 }
 
 impl EtcdCluster {
+    /// The cluster's directory: member `i`'s data dir is `e{i}` (`member/snap/db` the bbolt
+    /// backend, `member/wal` the write-ahead log), its log `etcd-{i}.log`.
+    pub fn dir(&self) -> &Path {
+        self._dir.path()
+    }
+
     /// Process ids of the three members.
     pub fn pids(&self) -> Vec<u32> {
         self.children.iter().map(Child::id).collect()

@@ -5,6 +5,8 @@
 //!   (BENCH.md, "How to measure honestly here").
 //! - `ftkv-bench engine`: the storage engines (fractal, sled, fjall) in-process.
 //! - `ftkv-bench restart`: the write pause of a rolling restart vs a crash failover.
+//! - `ftkv-bench compression`, `beyond-memory`, `instant-ddl`: issue 19's storage workloads
+//!   through three-node clusters (see [`storage`]).
 //! - `ftkv-bench bulk`: the bulk load (`ftkvctl load`) vs the same rows by `Put`, in the cluster.
 //! - `ftkv-bench sysbench-insert`: the seed's sysbench random inserts against ftkv, etcd and
 //!   MariaDB semi-sync (one master, two slaves) driven by Debian's `sysbench`.
@@ -36,6 +38,7 @@ pub mod mariadb;
 pub mod plot;
 pub mod ports;
 pub mod restart;
+pub mod storage;
 pub mod summary;
 pub mod sysbench;
 pub mod table;

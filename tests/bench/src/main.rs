@@ -137,6 +137,12 @@ enum Cmd {
     Engine(bench::engine::EngineArgs),
     /// Write pause of a rolling restart (SIGTERM, drain, hand-off) vs a leader crash (SIGKILL).
     Restart(bench::restart::RestartArgs),
+    /// `timeline_1009` rows through each cluster: raw bytes vs bytes on disk per node.
+    Compression(bench::storage::compression::CompressionArgs),
+    /// Random inserts into a cluster with small node caches in memory cgroups: rows/s over time.
+    BeyondMemory(bench::storage::beyond_memory::BeyondMemoryArgs),
+    /// DeleteRange and broadcast upsert over N keys vs one by one, through the cluster.
+    InstantDdl(bench::storage::instant_ddl::InstantDdlArgs),
     /// Bulk load (`ftkvctl load`) vs the same rows by `Put`, through three-node clusters.
     Bulk(bench::bulk::BulkArgs),
     /// The seed's sysbench random inserts: ftkv, etcd and MariaDB semi-sync (via `sysbench`).
@@ -237,6 +243,15 @@ fn main() -> anyhow::Result<()> {
         Cmd::EngineChild { spec } => {
             engine_memory_setup();
             bench::engine::child::run_child(&spec)
+        }
+        Cmd::Compression(args) => {
+            tokio::runtime::Runtime::new()?.block_on(bench::storage::compression::run(&args))
+        }
+        Cmd::BeyondMemory(args) => {
+            tokio::runtime::Runtime::new()?.block_on(bench::storage::beyond_memory::run(&args))
+        }
+        Cmd::InstantDdl(args) => {
+            tokio::runtime::Runtime::new()?.block_on(bench::storage::instant_ddl::run(&args))
         }
         Cmd::Restart(args) => tokio::runtime::Runtime::new()?.block_on(bench::restart::run(&args)),
         Cmd::Bulk(args) => tokio::runtime::Runtime::new()?.block_on(bench::bulk::run(&args)),

@@ -176,7 +176,7 @@ pub struct Spread {
 }
 
 impl Spread {
-    fn of(values: &[f64]) -> Self {
+    pub fn of(values: &[f64]) -> Self {
         Spread {
             median: crate::median(values),
             min: values.iter().copied().fold(f64::INFINITY, f64::min),
@@ -380,7 +380,7 @@ async fn check_every_node(cluster: &FtkvCluster, expected: u64) -> anyhow::Resul
 }
 
 /// Sum of file lengths and of allocated bytes under `dir` (0 when absent).
-fn dir_bytes(dir: &Path) -> anyhow::Result<(u64, u64)> {
+pub fn dir_bytes(dir: &Path) -> anyhow::Result<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     let mut len = 0;
     let mut allocated = 0;
@@ -411,7 +411,7 @@ fn dir_bytes(dir: &Path) -> anyhow::Result<(u64, u64)> {
 }
 
 /// Sizes of every node's data dir (`DIR/node-i`).
-fn node_sizes(cluster: &FtkvCluster) -> anyhow::Result<Vec<NodeSize>> {
+pub fn node_sizes(cluster: &FtkvCluster) -> anyhow::Result<Vec<NodeSize>> {
     (1..=cluster.endpoints.len() as u64)
         .map(|node| {
             let data = cluster.dir().join(format!("node-{node}"));

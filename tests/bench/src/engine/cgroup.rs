@@ -50,6 +50,16 @@ impl MemoryCgroup {
             .with_context(|| format!("add pid {pid} to {}", self.dir.display()))
     }
 
+    /// Moves every thread of the running process `pid` into the group (`cgroup.procs`), with
+    /// the memory it has charged already (v1 `memory.move_charge_at_immigrate`).
+    pub fn add_process(&self, pid: u32) -> anyhow::Result<()> {
+        if self.v1 {
+            let _ = std::fs::write(self.dir.join("memory.move_charge_at_immigrate"), "3");
+        }
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string())
+            .with_context(|| format!("add process {pid} to {}", self.dir.display()))
+    }
+
     /// Peak memory charged to the group (v1 `memory.max_usage_in_bytes`, v2 `memory.peak`).
     pub fn peak_bytes(&self) -> Option<u64> {
         let file = if self.v1 {
