@@ -111,6 +111,44 @@ pub const WORKLOADS: &[(&str, &[&str])] = &[
             "3",
         ],
     ),
+    (
+        "compression",
+        &[
+            "compression",
+            "--targets",
+            "ftkv,ftkv-sled,etcd",
+            "--rows",
+            "1000000",
+            "--runs",
+            "3",
+        ],
+    ),
+    (
+        "beyond-memory",
+        &[
+            "beyond-memory",
+            "--targets",
+            "ftkv,ftkv-sled",
+            "--cache-size",
+            "64MiB",
+            "--data-multiple",
+            "16",
+            "--runs",
+            "3",
+        ],
+    ),
+    (
+        "instant-ddl",
+        &[
+            "instant-ddl",
+            "--targets",
+            "ftkv,etcd",
+            "--keys",
+            "10000000",
+            "--runs",
+            "3",
+        ],
+    ),
 ];
 
 /// The workloads `--only` names, in [`WORKLOADS`] order.
