@@ -268,13 +268,13 @@ impl Store {
         let started = Instant::now();
         self.checkpoint_running = true;
         let mut nodes: Vec<PendingNode> = self
-            .cache
-            .iter()
+            .cachetable
+            .entries()
             .filter(|(_, e)| e.dirty)
             .map(|(id, e)| PendingNode {
-                id: *id,
+                id,
                 node: Arc::clone(&e.node),
-                loc_at_begin: self.btt.get(id).copied(),
+                loc_at_begin: self.btt.get(&id).copied(),
                 evict_after: false,
             })
             .collect();
