@@ -15,6 +15,8 @@ use super::*;
 
 mod clock;
 mod clock_ring;
+#[cfg(test)]
+mod tests;
 
 use self::clock_ring::ClockRing;
 
