@@ -271,70 +271,82 @@ pub(crate) fn decode_msg_frames(
         .ok_or("frame range out of the run's index")?;
     for (i, f) in visited.iter().enumerate() {
         let at = (f.offset - base) as usize;
-        let raw = unpack_frame(
-            data,
-            at,
-            (f.stored_len, f.raw_len),
-            f.crc,
-            index.compressed,
-            frames.start + i,
-        )?;
-        let mut p = R::new(&raw);
-        for j in 0..f.msgs {
-            let msn = p.u64()?;
-            let tag = p.u8()?;
-            let key = p.slice()?;
-            if j == 0 && i > 0 && prev.as_ref().is_some_and(|(pk, _)| pk.as_slice() == key) {
-                // A lookup reads the one frame whose first key is at or below its key.
-                return Err(format!(
-                    "key straddles frames {} and {}",
-                    frames.start + i - 1,
-                    frames.start + i
-                ));
-            }
-            if j == 0 && key != f.first_key.as_slice() {
-                return Err(format!(
-                    "frame {} starts at another key than its index",
-                    frames.start + i
-                ));
-            }
-            if prev
-                .as_ref()
-                .is_some_and(|(pk, pm)| (pk.as_slice(), *pm) >= (key, msn))
-            {
-                return Err("run messages not sorted by (key, MSN)".into());
-            }
-            if hi.is_some_and(|h| key >= h) {
-                return Ok(());
-            }
-            let wanted = key >= lo;
-            let op = match tag {
-                1 => {
-                    let v = p.slice()?;
-                    wanted.then(|| PointOp::Put(v.to_vec()))
-                }
-                2 => wanted.then_some(PointOp::Delete),
-                3 => {
-                    let u = decode_upsert(&mut p)?;
-                    wanted.then_some(PointOp::Upsert(u))
-                }
-                t => return Err(format!("unknown run message tag {t}")),
-            };
-            match &mut prev {
-                Some((pk, pm)) if pk.as_slice() == key => *pm = msn,
-                _ => prev = Some((key.to_vec(), msn)),
-            }
-            if let Some(op) = op {
-                out.push(Msg::Point {
-                    msn,
-                    key: key.to_vec(),
-                    op,
-                });
-            }
+        let n = frames.start + i;
+        let raw = unpack_frame(data, at, (f.stored_len, f.raw_len), f.crc, index.compressed, n)?;
+        if decode_frame_msgs(&raw, f, n, lo, hi, &mut prev, out)? {
+            return Ok(());
         }
-        p.done()?;
     }
     Ok(())
+}
+
+/// Decodes the messages of frame `n` (`raw`, unpacked; `f` its index entry), appending those
+/// with keys in `[lo, hi)` to `out`; `prev` is the last (key, MSN) decoded, from this frame or
+/// the ones before. Checks that messages are sorted by (key, MSN), that the frame starts at its
+/// index's first key and that no key straddles two frames. Returns true when a key at or past
+/// `hi` ended the read.
+fn decode_frame_msgs(
+    raw: &[u8],
+    f: &RunFrame,
+    n: usize,
+    lo: &[u8],
+    hi: Option<&[u8]>,
+    prev: &mut Option<(Vec<u8>, Msn)>,
+    out: &mut Vec<Msg>,
+) -> Result<bool, Detail> {
+    let mut p = R::new(raw);
+    for j in 0..f.msgs {
+        let msn = p.u64()?;
+        let tag = p.u8()?;
+        let key = p.slice()?;
+        if j == 0 && n > 0 && prev.as_ref().is_some_and(|(pk, _)| pk.as_slice() == key) {
+            // A lookup reads the one frame whose first key is at or below its key.
+            return Err(format!("key straddles frames {} and {n}", n - 1));
+        }
+        if j == 0 && key != f.first_key.as_slice() {
+            return Err(format!("frame {n} starts at another key than its index"));
+        }
+        if prev
+            .as_ref()
+            .is_some_and(|(pk, pm)| (pk.as_slice(), *pm) >= (key, msn))
+        {
+            return Err("run messages not sorted by (key, MSN)".into());
+        }
+        if hi.is_some_and(|h| key >= h) {
+            return Ok(true);
+        }
+        let op = decode_point_op(&mut p, tag, key >= lo)?;
+        match prev {
+            Some((pk, pm)) if pk.as_slice() == key => *pm = msn,
+            _ => *prev = Some((key.to_vec(), msn)),
+        }
+        if let Some(op) = op {
+            out.push(Msg::Point {
+                msn,
+                key: key.to_vec(),
+                op,
+            });
+        }
+    }
+    p.done()?;
+    Ok(false)
+}
+
+/// The operation of a run message with `tag`, read from `p` (skipped over, `None`, when not
+/// `wanted`).
+fn decode_point_op(p: &mut R<'_>, tag: u8, wanted: bool) -> Result<Option<PointOp>, Detail> {
+    Ok(match tag {
+        1 => {
+            let v = p.slice()?;
+            wanted.then(|| PointOp::Put(v.to_vec()))
+        }
+        2 => wanted.then_some(PointOp::Delete),
+        3 => {
+            let u = decode_upsert(p)?;
+            wanted.then_some(PointOp::Upsert(u))
+        }
+        t => return Err(format!("unknown run message tag {t}")),
+    })
 }
 
 /// Decodes a whole run block read from `location` (its crc32c against the BTT is checked by

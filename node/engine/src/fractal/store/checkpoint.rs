@@ -89,6 +89,33 @@ impl CheckpointJob {
             ..CheckpointStats::default()
         };
         let mut entries = self.clean.clone();
+        let written_runs = self.write_runs(wrote, &mut stats)?;
+        entries.extend(written_runs.iter().copied());
+        let nodes = std::mem::take(&mut self.nodes);
+        let mut written = Vec::with_capacity(nodes.len());
+        for (lane_written, bytes) in self.write_nodes(nodes, wrote)? {
+            stats.nodes_written += lane_written.len() as u64;
+            stats.bytes_written += bytes;
+            entries.extend(lane_written.iter().map(|w| (w.id, w.loc)));
+            written.extend(lane_written);
+        }
+        entries.sort_unstable_by_key(|e| e.0);
+        self.write_btt_and_header(entries, wrote, &mut stats)?;
+        stats.write_us = started.elapsed().as_micros() as u64;
+        Ok(CheckpointDone {
+            counter: self.counter,
+            written,
+            written_runs,
+            stats,
+        })
+    }
+
+    /// Encodes and writes the pending runs; returns where each went.
+    fn write_runs(
+        &mut self,
+        wrote: &mut Vec<BlockLoc>,
+        stats: &mut CheckpointStats,
+    ) -> Result<Vec<(u64, BlockLoc)>> {
         let mut written_runs = Vec::with_capacity(self.runs.len());
         for (id, msgs) in std::mem::take(&mut self.runs) {
             let enc = encode_run(id, &msgs, self.compression_level)?;
@@ -98,11 +125,18 @@ impl CheckpointJob {
             recycle_block_buf(enc);
             written_runs.push((id, loc));
         }
-        entries.extend(written_runs.iter().copied());
-        let nodes = std::mem::take(&mut self.nodes);
-        let mut written = Vec::with_capacity(nodes.len());
-        // Encoding (zstd) dominates: the nodes are dealt round-robin to one lane per core, each
-        // encoding and writing its nodes (one encoded block in memory per lane).
+        Ok(written_runs)
+    }
+
+    /// Encodes and writes `nodes`. Encoding (zstd) dominates: the nodes are dealt round-robin
+    /// to one lane per core, each encoding and writing its nodes (one encoded block in memory
+    /// per lane). Returns each lane's written nodes and bytes; the blocks of every lane that
+    /// finished are pushed to `wrote` before an error of another is returned.
+    fn write_nodes(
+        &self,
+        nodes: Vec<PendingNode>,
+        wrote: &mut Vec<BlockLoc>,
+    ) -> Result<Vec<(Vec<WrittenNode>, u64)>> {
         let lanes = if nodes.len() < 8 {
             1
         } else {
@@ -114,32 +148,9 @@ impl CheckpointJob {
                 lane.push(n);
             }
         }
-        let job = &self;
-        let results: Vec<Result<(Vec<WrittenNode>, u64)>> = if lanes == 1 {
-            dealt.into_iter().map(|lane| job.write_lane(lane)).collect()
-        } else {
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = dealt
-                    .into_iter()
-                    .map(|lane| scope.spawn(move || job.write_lane(lane)))
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join().unwrap_or_else(|_| {
-                            Err(EngineError::Io {
-                                context: "checkpoint encoder".into(),
-                                source: std::io::Error::other("an encoding thread panicked"),
-                            })
-                        })
-                    })
-                    .collect()
-            })
-        };
-        // The blocks of every lane that finished, before an error of another is returned.
         let mut first_error = None;
-        let mut finished = Vec::with_capacity(results.len());
-        for r in results {
+        let mut finished = Vec::with_capacity(lanes);
+        for r in self.run_lanes(dealt) {
             match r {
                 Ok(lane) => {
                     wrote.extend(lane.0.iter().map(|w| w.loc));
@@ -150,16 +161,45 @@ impl CheckpointJob {
                 }
             }
         }
-        if let Some(e) = first_error {
-            return Err(e);
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(finished),
         }
-        for (lane_written, bytes) in finished {
-            stats.nodes_written += lane_written.len() as u64;
-            stats.bytes_written += bytes;
-            entries.extend(lane_written.iter().map(|w| (w.id, w.loc)));
-            written.extend(lane_written);
+    }
+
+    /// Runs [`CheckpointJob::write_lane`] for each lane of `dealt`, on a thread each when there
+    /// is more than one.
+    fn run_lanes(&self, dealt: Vec<Vec<PendingNode>>) -> Vec<Result<(Vec<WrittenNode>, u64)>> {
+        if dealt.len() == 1 {
+            return dealt.into_iter().map(|lane| self.write_lane(lane)).collect();
         }
-        entries.sort_unstable_by_key(|e| e.0);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = dealt
+                .into_iter()
+                .map(|lane| scope.spawn(move || self.write_lane(lane)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(EngineError::Io {
+                            context: "checkpoint encoder".into(),
+                            source: std::io::Error::other("an encoding thread panicked"),
+                        })
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// Writes the new BTT (`entries`, sorted by id), syncs, writes this checkpoint's header
+    /// slot and syncs again: from then on the checkpoint is durable.
+    fn write_btt_and_header(
+        &mut self,
+        entries: Vec<(NodeId, BlockLoc)>,
+        wrote: &mut Vec<BlockLoc>,
+        stats: &mut CheckpointStats,
+    ) -> Result<()> {
         let img = BttImage {
             counter: self.counter,
             root: self.root,
@@ -186,13 +226,7 @@ impl CheckpointJob {
         self.file.sync_data().map_err(io_err("sync header"))?;
         // The BTT block is never part of the live tree: it waits until no checkpoint needs it.
         self.space.lock().release(btt_loc.offset, btt_loc.alloc_bytes());
-        stats.write_us = started.elapsed().as_micros() as u64;
-        Ok(CheckpointDone {
-            counter: self.counter,
-            written,
-            written_runs,
-            stats,
-        })
+        Ok(())
     }
 
     /// Encodes and writes `nodes` (one lane of [`CheckpointJob::run`]); returns what it wrote
@@ -268,13 +302,13 @@ impl Store {
         let started = Instant::now();
         self.checkpoint_running = true;
         let mut nodes: Vec<PendingNode> = self
-            .cache
-            .iter()
+            .cachetable
+            .entries()
             .filter(|(_, e)| e.dirty)
             .map(|(id, e)| PendingNode {
-                id: *id,
+                id,
                 node: Arc::clone(&e.node),
-                loc_at_begin: self.btt.get(id).copied(),
+                loc_at_begin: self.btt.get(&id).copied(),
                 evict_after: false,
             })
             .collect();

@@ -65,16 +65,8 @@ impl Store {
     /// back to the CLOCK ring), its runs stay pending, and writing pauses.
     pub(crate) fn writeback_failed(&mut self, err: &EngineError) {
         self.hold_dirty(err);
-        self.write_soon.clear();
-        let evicting: Vec<NodeId> = self
-            .cache
-            .iter()
-            .filter(|(_, e)| e.evicting)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in evicting {
-            self.unmark_evicting(id);
-        }
+        self.cachetable.clear_write_soon();
+        self.cachetable.unmark_all_evicting();
         self.runs_not_handed_over = self.pending_runs.len();
     }
 
@@ -85,7 +77,7 @@ impl Store {
         debug_assert!(!self.btt.contains_key(&id) && !self.pending_runs.contains_key(&id));
         self.pending_runs.insert(id, Arc::new(msgs));
         self.pending_run_bytes += bytes;
-        if self.background_writes {
+        if self.cachetable.background_writes() {
             self.runs_not_handed_over += 1;
         }
     }

@@ -170,8 +170,9 @@ impl Store {
     /// load keeps few nodes cached whole; [`Store::evict_to_budget`] takes the room back).
     pub(crate) fn partial_cap_bytes(&self) -> usize {
         let others =
-            (self.cached_bytes - self.evicting_bytes) + self.pending_run_bytes + self.background_bytes();
-        (self.budget_bytes / 4).max(self.budget_bytes.saturating_sub(others))
+            self.cachetable.held_bytes() + self.pending_run_bytes + self.cachetable.background_bytes();
+        let budget = self.budget_bytes();
+        (budget / 4).max(budget.saturating_sub(others))
     }
 
     /// Keeps the partial-read side cache under its share ([`Store::partial_cap_bytes`]).

@@ -23,44 +23,70 @@ impl Store {
         })?;
         let location = self.location(id, &loc);
         if self.partial_internal.get(&id).is_none_or(|p| p.loc != loc) {
-            if let Some(old) = self.partial_internal.remove(&id) {
-                self.partial_bytes -= old.bytes;
-            }
-            let index = self.read_index(id, &loc)?;
-            let (Some(&p0), true) = (index.parts.first(), index.height != 0 && index.parts.len() >= 2) else {
-                return Err(EngineError::Corruption {
-                    location: location.to_string(),
-                    detail: "expected an internal node".into(),
-                });
-            };
-            let raw = self.read_partition(id, &loc, &p0, index.compressed)?;
-            let info = decode_internal_info(&raw, index.parts.len() - 1, index.compressed, &location)?;
-            self.partial_stats.internal_infos += 1;
-            self.partial_stats.internal_info_bytes += u64::from(p0.len) + index.parts.len() as u64 * 16;
-            let bytes = raw.len() + info.tables_size_bytes() + index.parts.len() * 16 + 64;
-            self.partial_bytes += bytes;
-            self.partial_internal.insert(
-                id,
-                PartialInternal {
-                    loc,
-                    index,
-                    info,
-                    frames: HashMap::new(),
-                    bytes,
-                },
-            );
+            self.read_internal_info(id, loc, &location)?;
         }
         if let Some(c) = self.partial_internal_probe(id, key, hash, out)? {
             return Ok(c);
         }
         // The filter says the key may be in the buffer, and that piece has not been read yet.
+        self.read_internal_frame(id, loc, key, &location)?;
+        let child = self.partial_internal_probe(id, key, hash, out)?;
+        self.trim_partial(id);
+        child.ok_or_else(|| EngineError::Corruption {
+            location: location.to_string(),
+            detail: "partial node lost its buffer".into(),
+        })
+    }
+
+    /// Reads partition 0 (pivots, children, buffer tables and key filters) of internal node
+    /// `id` at `loc` into the side cache, replacing what it held for an older block.
+    fn read_internal_info(&mut self, id: NodeId, loc: BlockLoc, location: &BlockName) -> Result<()> {
+        if let Some(old) = self.partial_internal.remove(&id) {
+            self.partial_bytes -= old.bytes;
+        }
+        let index = self.read_index(id, &loc)?;
+        let (Some(&p0), true) = (index.parts.first(), index.height != 0 && index.parts.len() >= 2) else {
+            return Err(EngineError::Corruption {
+                location: location.to_string(),
+                detail: "expected an internal node".into(),
+            });
+        };
+        let raw = self.read_partition(id, &loc, &p0, index.compressed)?;
+        let info = decode_internal_info(&raw, index.parts.len() - 1, index.compressed, location)?;
+        self.partial_stats.internal_infos += 1;
+        self.partial_stats.internal_info_bytes += u64::from(p0.len) + index.parts.len() as u64 * 16;
+        let bytes = raw.len() + info.tables_size_bytes() + index.parts.len() * 16 + 64;
+        self.partial_bytes += bytes;
+        self.partial_internal.insert(
+            id,
+            PartialInternal {
+                loc,
+                index,
+                info,
+                frames: HashMap::new(),
+                bytes,
+            },
+        );
+        Ok(())
+    }
+
+    /// Reads the frame of the buffer on `key`'s path in internal node `id` (at `loc`, its
+    /// partition 0 in the side cache) that can hold the key into the side cache; none when the
+    /// buffer has no frame for it.
+    fn read_internal_frame(
+        &mut self,
+        id: NodeId,
+        loc: BlockLoc,
+        key: &[u8],
+        location: &BlockName,
+    ) -> Result<()> {
         let Some(p) = self.partial_internal.get(&id) else {
             return Err(EngineError::Corruption {
                 location: location.to_string(),
                 detail: "partial node vanished".into(),
             });
         };
-        let (i, entry) = data_partition(&p.index, &p.info.pivots, key, &location)?;
+        let (i, entry) = data_partition(&p.index, &p.info.pivots, key, location)?;
         let frame = match p.info.tables.get(i).map(|t| (t, t.frame_for(key))) {
             Some((t, Some(fi))) => {
                 let f = t.points.frames.get(fi).ok_or_else(|| EngineError::Corruption {
@@ -79,7 +105,7 @@ impl Store {
                     u64::from(entry.offset) + f.offset,
                     u64::from(f.stored_len),
                 )?;
-                let msgs = decode_buffer_frame(&data, t, fi, &location)?;
+                let msgs = decode_buffer_frame(&data, t, fi, location)?;
                 self.partial_stats.internal_buffer_bytes += data.len() as u64;
                 Some((fi, msgs))
             }
@@ -101,12 +127,7 @@ impl Store {
                 self.partial_bytes += size;
             }
         }
-        let child = self.partial_internal_probe(id, key, hash, out)?;
-        self.trim_partial(id);
-        child.ok_or_else(|| EngineError::Corruption {
-            location: location.to_string(),
-            detail: "partial node lost its buffer".into(),
-        })
+        Ok(())
     }
 
     /// [`Store::read_partial_internal`] from pieces already read (spilled runs that may hold

@@ -19,7 +19,7 @@ impl Store {
     /// to the writeback thread when there is one and fewer than an eighth of the budget's worth
     /// of runs are pending; returns the messages back when the caller must write the run itself.
     pub(crate) fn try_defer_run(&mut self, id: u64, msgs: Vec<Msg>, bytes: usize) -> Option<Vec<Msg>> {
-        if !self.background_writes || self.pending_run_bytes + bytes > self.budget_bytes / 8 {
+        if !self.cachetable.background_writes() || self.pending_run_bytes + bytes > self.budget_bytes() / 8 {
             return Some(msgs);
         }
         debug_assert!(!self.btt.contains_key(&id) && !self.pending_runs.contains_key(&id));
@@ -31,7 +31,7 @@ impl Store {
 
     /// Whether pending runs or eviction victims wait for a writeback job to take them.
     pub(crate) fn runs_to_hand_over(&self) -> bool {
-        self.runs_not_handed_over > 0 || self.evicting_bytes > 0 && !self.write_soon.is_empty()
+        self.runs_not_handed_over > 0 || self.cachetable.victims_queued()
     }
 
     /// The pending runs, for a job that writes them (they stay pending, and readable, until it
@@ -160,7 +160,7 @@ impl Store {
             head.extend(self.read_span(id, loc, RUN_FIXED_HEADER_BYTES as u64, index_len)?);
         }
         let index = Arc::new(decode_run_index(&head, u64::from(loc.size), id, location)?);
-        let cap = self.budget_bytes / RUN_INDEX_CACHE_SHARE;
+        let cap = self.budget_bytes() / RUN_INDEX_CACHE_SHARE;
         let mut runs = self.run_indexes.lock();
         runs.read_bytes += head.len() as u64;
         // Another reader may have cached it meanwhile: count each entry once.

@@ -1,21 +1,6 @@
-//! Cache entries and the figures the store reports.
+//! The figures the store reports.
 
 use super::*;
-
-pub(crate) struct Entry {
-    /// Shared with a checkpoint in progress while it writes this node (then copied on take).
-    pub(crate) node: Arc<Node>,
-    pub(crate) dirty: bool,
-    /// CLOCK count; atomic so readers under a shared lock can mark use.
-    pub(crate) clock: AtomicU8,
-    pub(crate) bytes: usize,
-    /// [`Store::write_epoch`] when the node was last put (modified).
-    pub(crate) modified_epoch: u64,
-    /// An eviction victim queued for the writeback thread (in `write_soon`): evicted once its
-    /// written block is adopted, and not counted against the cache's target meanwhile (its
-    /// bytes are in [`Store::evicting_bytes`]). A modified node is a new entry without it.
-    pub(crate) evicting: bool,
-}
 
 /// What the engine counts against its memory budget (`engine.cache_size`), in bytes, as
 /// estimated from the structures' sizes (not measured from the allocator).

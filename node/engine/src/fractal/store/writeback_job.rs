@@ -241,15 +241,17 @@ impl Store {
     pub(crate) fn begin_writeback(&mut self, limit_bytes: usize, pinned: NodeId) -> Option<WritebackJob> {
         // A job holds at most an eighth of the budget (at least one node): small jobs are
         // adopted sooner, and a node the writer changes while a job holds it is copied.
-        let cap = (self.budget_bytes / 8).max(1);
+        let cap = (self.budget_bytes() / 8).max(1);
         let mut job_bytes = 0usize;
         // Pending runs first: they hold memory until written.
         let runs = self.take_pending_for_job();
         // Then the nodes to write and evict (held by a checkpoint: left to eviction).
         let mut nodes = Vec::new();
-        let mut soon = std::mem::take(&mut self.write_soon).into_iter();
+        let mut soon = self.cachetable.take_write_soon().into_iter();
         for id in soon.by_ref() {
-            let Some(e) = self.cache.get(&id) else { continue };
+            let Some(e) = self.cachetable.entry(id) else {
+                continue;
+            };
             // Queued eviction victims, and leaves (a flush rewrote them, or a victim leaf was
             // modified since: written and evicted all the same); an internal victim modified
             // since it was queued is a new entry, back in the CLOCK ring's course.
@@ -269,30 +271,30 @@ impl Store {
                 // Written meanwhile (a checkpoint) or held by one: a clean victim goes now,
                 // a held one back to the CLOCK ring.
                 if e.dirty || id == pinned {
-                    self.unmark_evicting(id);
+                    self.cachetable.unmark_evicting(id);
                 } else {
-                    self.remove_entry(id);
+                    self.cachetable.remove(id);
                 }
             }
         }
-        self.write_soon.extend(soon);
-        if self.dirty_bytes <= limit_bytes || job_bytes >= cap {
+        self.cachetable.requeue_write_soon(soon);
+        if self.cachetable.dirty_bytes() <= limit_bytes || job_bytes >= cap {
             return (!nodes.is_empty() || !runs.is_empty()).then(|| self.writeback_job(nodes, runs));
         }
-        let idle_internal = self.write_epoch.saturating_sub(IDLE_EPOCHS);
-        let idle_leaf = self.write_epoch.saturating_sub(1);
+        let idle_internal = self.cachetable.write_epoch().saturating_sub(IDLE_EPOCHS);
+        let idle_leaf = self.cachetable.write_epoch().saturating_sub(1);
         // Internal nodes take a flush every few batches, so writing them early is mostly undone
         // by the next flush: only when dirty nodes reach 1.5x the limit.
-        let internal_ok = self.dirty_bytes > limit_bytes / 2 * 3;
+        let internal_ok = self.cachetable.dirty_bytes() > limit_bytes / 2 * 3;
         let mut dirty: Vec<(bool, u64, u8, NodeId, usize)> = self
-            .cache
-            .iter()
+            .cachetable
+            .entries()
             .filter(|(id, e)| {
                 let leaf = e.node.height() == 0;
                 let idle_before = if leaf { idle_leaf } else { idle_internal };
                 e.dirty
                     && (leaf || internal_ok)
-                    && **id != pinned
+                    && *id != pinned
                     && e.modified_epoch <= idle_before
                     && Arc::strong_count(&e.node) == 1
             })
@@ -301,19 +303,19 @@ impl Store {
                     e.node.height() > 0,
                     e.modified_epoch,
                     e.clock.load(Ordering::Relaxed),
-                    *id,
+                    id,
                     e.bytes,
                 )
             })
             .collect();
         // Leaves first, then the longest idle.
         dirty.sort_unstable();
-        let mut left = self.dirty_bytes;
+        let mut left = self.cachetable.dirty_bytes();
         for (_, _, _, id, bytes) in dirty {
             if left <= limit_bytes / 2 || job_bytes >= cap {
                 break;
             }
-            let Some(e) = self.cache.get(&id) else {
+            let Some(e) = self.cachetable.entry(id) else {
                 continue;
             };
             job_bytes += bytes;
@@ -372,16 +374,16 @@ impl Store {
                 self.keep_skeleton(w.id, w.loc, w.skeleton.take());
                 if w.evict_after && w.id != root {
                     // The CLOCK ring drops ids without a cache entry when its hand reaches them.
-                    self.remove_entry(w.id);
+                    self.cachetable.remove(w.id);
                 } else if w.evict_after {
                     // Became the root meanwhile: it stays.
-                    self.unmark_evicting(w.id);
+                    self.cachetable.unmark_evicting(w.id);
                 }
                 stats.adopted += 1;
             } else if w.evict_after {
                 // Modified meanwhile (then a new entry, unmarked) or written otherwise: back to
                 // the CLOCK ring.
-                self.unmark_evicting(w.id);
+                self.cachetable.unmark_evicting(w.id);
             }
         }
         stats
@@ -393,8 +395,8 @@ impl Store {
     /// the written block is released. Returns whether it adopted.
     pub(crate) fn adopt_written(&mut self, w: &WrittenNode, require_dirty: bool) -> bool {
         let unchanged = self
-            .cache
-            .get(&w.id)
+            .cachetable
+            .entry(w.id)
             .is_some_and(|e| (e.dirty || !require_dirty) && Arc::ptr_eq(&e.node, &w.node))
             && self.btt.get(&w.id).copied() == w.loc_at_begin;
         if unchanged {
@@ -402,7 +404,7 @@ impl Store {
             if let Some(old) = w.loc_at_begin {
                 self.release(old);
             }
-            self.mark_clean(w.id);
+            self.cachetable.mark_clean(w.id);
         } else {
             self.release(w.loc);
         }

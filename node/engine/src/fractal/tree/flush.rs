@@ -23,14 +23,40 @@ impl Tree {
         let Some(&cid) = parent.children.get(i) else {
             return Err(corrupt(format!("node child {i}"), "flush of a missing child"));
         };
+        self.install_flush_in_flight(parent, i, cid)?;
+        let (msgs, had_runs) = self.take_buffer(parent, i)?;
+        let mut child = self.store.take(cid)?;
+        self.apply_to_child(&mut child, cid, parent.height, ce, msgs, had_runs)?;
+        let extras = self.split_if_needed(&mut child, ce);
+        let underfull = extras.is_empty() && self.is_underfull(&child);
+        let is_leaf = child.height() == 0;
+        self.store.put(cid, child);
+        let added = extras.len();
+        self.insert_siblings(parent, i, extras);
+        if had_runs && is_leaf {
+            self.evict_run_fed_leaves(parent, i, added)?;
+        }
+        if may_merge && underfull && parent.children.len() > 1 {
+            self.merge_underfull_child(parent, i, cid)?;
+        }
+        Ok(())
+    }
+
+    /// A background flush into child `cid` (at `i`) comes first: waits for it and installs it.
+    fn install_flush_in_flight(&mut self, parent: &mut Internal, i: usize, cid: NodeId) -> Result<()> {
         if let Some((flight, r)) = self.flusher.as_mut().and_then(|f| {
             let r = f.wait_for(cid);
             f.totals.waited += u64::from(r.is_some());
             r
         }) {
-            // A background flush into this leaf comes first.
             self.install_leaf_flush(parent, i, flight, r?)?;
         }
+        Ok(())
+    }
+
+    /// Empties buffer `i`: its messages, after those of its spilled runs (older) when it had
+    /// any, and whether it had.
+    fn take_buffer(&mut self, parent: &mut Internal, i: usize) -> Result<(Vec<Msg>, bool)> {
         let Some(buf) = parent.buffers.get_mut(i) else {
             return Err(corrupt(format!("node child {i}"), "flush of a missing child"));
         };
@@ -44,10 +70,24 @@ impl Tree {
             all.append(&mut msgs);
             msgs = all;
         }
-        let mut child = self.store.take(cid)?;
-        let mut msgs = match &mut child {
+        Ok((msgs, had_runs))
+    }
+
+    /// Applies the flushed `msgs` to `child` (node `cid`, under a parent of `parent_height`): a
+    /// leaf applies them, an internal node takes them into its buffers (messages from runs go
+    /// on to its uncached children as runs) and flushes on while gorged.
+    fn apply_to_child(
+        &mut self,
+        child: &mut Node,
+        cid: NodeId,
+        parent_height: u32,
+        ce: Edges,
+        msgs: Vec<Msg>,
+        had_runs: bool,
+    ) -> Result<()> {
+        let mut msgs = match child {
             // Messages from runs go on to the child's own uncached children as runs.
-            Node::Internal(c) if had_runs && c.height + 1 == parent.height => {
+            Node::Internal(c) if had_runs && c.height + 1 == parent_height => {
                 self.hand_down(c, ce, msgs)?;
                 Vec::new()
             }
@@ -57,17 +97,17 @@ impl Tree {
             // One MSN-ordered stream for the child.
             msgs.sort_by_key(Msg::msn);
         }
-        if child.height() + 1 != parent.height {
+        if child.height() + 1 != parent_height {
             return Err(corrupt(
                 format!("node {cid}"),
                 format!(
                     "height {} under a parent of height {}",
                     child.height(),
-                    parent.height
+                    parent_height
                 ),
             ));
         }
-        match &mut child {
+        match child {
             Node::Leaf(l) => {
                 l.apply_batch(msgs);
                 l.normalize(self.params.basement_size_bytes);
@@ -79,53 +119,54 @@ impl Tree {
                 self.flush_while_gorged(c, ce, false)?;
             }
         }
-        let extras = self.split_if_needed(&mut child, ce);
-        let underfull = extras.is_empty() && self.is_underfull(&child);
-        let is_leaf = child.height() == 0;
-        self.store.put(cid, child);
-        let added = extras.len();
-        self.insert_siblings(parent, i, extras);
-        if had_runs && is_leaf {
-            // A leaf that received spilled runs was not cached and will not get messages again
-            // until another node's worth has spilled: write it now and drop it from the cache,
-            // keeping the cache for internal nodes (and out of the incremental writer's way).
-            let ids: Vec<NodeId> = parent
-                .children
-                .get(i..=i + added)
-                .map(<[_]>::to_vec)
-                .unwrap_or_default();
-            for id in ids {
-                self.store.write_and_evict_soon(id)?;
-            }
+        Ok(())
+    }
+
+    /// A leaf that received spilled runs (at `i`, and the `added` siblings it split into) was
+    /// not cached and will not get messages again until another node's worth has spilled:
+    /// write it now and drop it from the cache, keeping the cache for internal nodes (and out
+    /// of the incremental writer's way).
+    fn evict_run_fed_leaves(&mut self, parent: &Internal, i: usize, added: usize) -> Result<()> {
+        let ids: Vec<NodeId> = parent
+            .children
+            .get(i..=i + added)
+            .map(<[_]>::to_vec)
+            .unwrap_or_default();
+        for id in ids {
+            self.store.write_and_evict_soon(id)?;
         }
-        if may_merge && underfull && parent.children.len() > 1 {
-            let j = if i + 1 < parent.children.len() {
-                i + 1
-            } else {
-                i - 1
+        Ok(())
+    }
+
+    /// Merges underfull child `cid` (at `i`) with a neighbour: flushes the neighbour's buffer
+    /// first, then merges with an adjacent child whose buffer is empty.
+    fn merge_underfull_child(&mut self, parent: &mut Internal, i: usize, cid: NodeId) -> Result<()> {
+        let j = if i + 1 < parent.children.len() {
+            i + 1
+        } else {
+            i - 1
+        };
+        if parent.buffers.get(j).is_some_and(|b| !b.is_empty()) {
+            let je = Edges {
+                left: false,
+                right: false,
             };
-            if parent.buffers.get(j).is_some_and(|b| !b.is_empty()) {
-                let je = Edges {
-                    left: false,
-                    right: false,
-                };
-                self.flush_into_child_inner(parent, j, je, false)?;
-            }
-            // The neighbour may have split; find the child again and merge with an adjacent
-            // child whose buffer is empty.
-            let Some(i) = parent.children.iter().position(|&c| c == cid) else {
-                return Ok(());
-            };
-            let j = if i + 1 < parent.children.len() {
-                i + 1
-            } else {
-                i.wrapping_sub(1)
-            };
-            if parent.buffers.get(j).is_some_and(Buffer::is_empty)
-                && parent.buffers.get(i).is_some_and(Buffer::is_empty)
-            {
-                self.merge_children(parent, i.min(j))?;
-            }
+            self.flush_into_child_inner(parent, j, je, false)?;
+        }
+        // The neighbour may have split; find the child again and merge with an adjacent
+        // child whose buffer is empty.
+        let Some(i) = parent.children.iter().position(|&c| c == cid) else {
+            return Ok(());
+        };
+        let j = if i + 1 < parent.children.len() {
+            i + 1
+        } else {
+            i.wrapping_sub(1)
+        };
+        if parent.buffers.get(j).is_some_and(Buffer::is_empty)
+            && parent.buffers.get(i).is_some_and(Buffer::is_empty)
+        {
+            self.merge_children(parent, i.min(j))?;
         }
         Ok(())
     }

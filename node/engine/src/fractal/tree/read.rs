@@ -241,94 +241,130 @@ pub(crate) fn scan_from(
     end: Option<&[u8]>,
     limit: usize,
 ) -> Result<Option<Vec<KeyValue>>> {
-    {
-        let mut out = Vec::new();
-        if limit == 0 || end.is_some_and(|e| e <= start) {
+    let mut out = Vec::new();
+    if limit == 0 || end.is_some_and(|e| e <= start) {
+        return Ok(Some(out));
+    }
+    let mut cursor = start.to_vec();
+    // Point keys taken from one buffer per pass: a page needs a few keys, not the buffer.
+    // The first pass takes few: an upper buffer holds one message per many rows below it, so
+    // its first keys already span more rows than a page (taking `limit` keys from each buffer
+    // on the path cloned and sorted hundreds of messages per 100-row page, 70% of a scan's
+    // time in memory). A pass cut short by a buffer doubles the count for the next one.
+    let mut keys_per_pass = SCAN_FIRST_PASS_KEYS.min(limit);
+    let max_keys_per_pass = limit.max(64);
+    let mut runs: Vec<(u64, Option<Vec<u8>>)> = Vec::new();
+    loop {
+        let mut msgs = Vec::new();
+        let Some((id, hi)) =
+            collect_path_for_range(src, root, &cursor, end, keys_per_pass, &mut msgs, &mut runs)?
+        else {
+            return Ok(None);
+        };
+        for (r, rhi) in runs.drain(..) {
+            src.store()
+                .run_msgs_for_range(r, &cursor, rhi.as_deref(), &mut msgs)?;
+        }
+        let qhi = min_bound(hi.as_deref(), end).map(<[u8]>::to_vec);
+        let pending = PendingForRange::new(msgs);
+        let Some(node) = src.fetch(id)? else {
+            return Ok(None);
+        };
+        let Node::Leaf(leaf) = node else {
+            return Err(corrupt(format!("node {id}"), "expected a leaf"));
+        };
+        if merge_leaf_for_range(leaf, &cursor, qhi.as_deref(), &pending, limit, &mut out) {
             return Ok(Some(out));
         }
-        let mut cursor = start.to_vec();
-        // Point keys taken from one buffer per pass: a page needs a few keys, not the buffer.
-        // The first pass takes few: an upper buffer holds one message per many rows below it, so
-        // its first keys already span more rows than a page (taking `limit` keys from each buffer
-        // on the path cloned and sorted hundreds of messages per 100-row page, 70% of a scan's
-        // time in memory). A pass cut short by a buffer doubles the count for the next one.
-        let mut keys_per_pass = SCAN_FIRST_PASS_KEYS.min(limit);
-        let max_keys_per_pass = limit.max(64);
-        let mut runs: Vec<(u64, Option<Vec<u8>>)> = Vec::new();
-        loop {
-            let mut msgs = Vec::new();
-            let mut hi: Option<Vec<u8>> = None;
-            let mut id = root;
-            loop {
-                let Some(node) = src.fetch(id)? else {
-                    return Ok(None);
-                };
-                let Node::Internal(n) = node else { break };
-                let i = child_index(&n.pivots, &cursor);
-                if let Some(p) = n.pivots.get(i) {
-                    if hi.as_ref().is_none_or(|h| p < h) {
-                        hi = Some(p.clone());
-                    }
-                }
-                let qhi = min_bound(hi.as_deref(), end);
-                let (Some(b), Some(&c)) = (n.buffers.get(i), n.children.get(i)) else {
-                    return Err(corrupt(format!("node {id}"), "pivot/child count mismatch"));
-                };
-                // A buffer that stopped early bounds this pass at the first key it left out
-                // (rows below it are complete); the next pass resumes there.
-                if let Some(cut) = b.collect_for_range_limited(Some(&cursor), qhi, keys_per_pass, &mut msgs) {
-                    if hi.as_ref().is_none_or(|h| cut < *h) {
-                        hi = Some(cut);
-                    }
-                }
-                let qhi = min_bound(hi.as_deref(), end).map(<[u8]>::to_vec);
-                runs.extend(
-                    b.spilled()
-                        .iter()
-                        .filter(|r| r.overlaps(Some(&cursor), qhi.as_deref()))
-                        .map(|r| (r.id, qhi.clone())),
-                );
-                id = c;
-            }
-            for (r, rhi) in runs.drain(..) {
-                src.store()
-                    .run_msgs_for_range(r, &cursor, rhi.as_deref(), &mut msgs)?;
-            }
-            let qhi = min_bound(hi.as_deref(), end).map(<[u8]>::to_vec);
-            let pending = PendingForRange::new(msgs);
-            let Some(node) = src.fetch(id)? else {
-                return Ok(None);
-            };
-            let Node::Leaf(leaf) = node else {
-                return Err(corrupt(format!("node {id}"), "expected a leaf"));
-            };
-            let first = child_index(&leaf.pivots, &cursor);
-            for bi in first..leaf.basements.len() {
-                let (blo, bhi) = child_bounds(&leaf.pivots, bi, None, None);
-                let lo: &[u8] = match blo {
-                    Some(b) if b > cursor.as_slice() => b,
-                    _ => &cursor,
-                };
-                let h = min_bound(bhi, qhi.as_deref());
-                if h.is_some_and(|h| lo >= h) {
-                    break;
-                }
-                let Some(b) = leaf.basements.get(bi) else { break };
-                if pending.merge_basement(b, lo, h, limit, &mut out) {
+        src.after_leaf(root)?;
+        match qhi {
+            None => return Ok(Some(out)),
+            Some(h) => {
+                if end.is_some_and(|e| h.as_slice() >= e) {
                     return Ok(Some(out));
                 }
-            }
-            src.after_leaf(root)?;
-            match qhi {
-                None => return Ok(Some(out)),
-                Some(h) => {
-                    if end.is_some_and(|e| h.as_slice() >= e) {
-                        return Ok(Some(out));
-                    }
-                    cursor = h;
-                    keys_per_pass = keys_per_pass.saturating_mul(2).min(max_keys_per_pass);
-                }
+                cursor = h;
+                keys_per_pass = keys_per_pass.saturating_mul(2).min(max_keys_per_pass);
             }
         }
     }
+}
+
+/// One scan pass's descent from `root` to the leaf holding `cursor`: appends to `msgs` up to
+/// `keys_per_pass` point keys from each buffer on the path (and its range messages), and to
+/// `runs` the spilled runs that overlap the pass with the bound to read each to. Returns the
+/// leaf's id and the pass's upper bound (the nearest pivot above `cursor`, or the first key a
+/// buffer left out: rows below it are complete); `None` when `src` missed a node.
+fn collect_path_for_range(
+    src: &mut impl Fetch,
+    root: NodeId,
+    cursor: &[u8],
+    end: Option<&[u8]>,
+    keys_per_pass: usize,
+    msgs: &mut Vec<Msg>,
+    runs: &mut Vec<(u64, Option<Vec<u8>>)>,
+) -> Result<Option<(NodeId, Option<Vec<u8>>)>> {
+    let mut hi: Option<Vec<u8>> = None;
+    let mut id = root;
+    loop {
+        let Some(node) = src.fetch(id)? else {
+            return Ok(None);
+        };
+        let Node::Internal(n) = node else { break };
+        let i = child_index(&n.pivots, cursor);
+        if let Some(p) = n.pivots.get(i) {
+            if hi.as_ref().is_none_or(|h| p < h) {
+                hi = Some(p.clone());
+            }
+        }
+        let qhi = min_bound(hi.as_deref(), end);
+        let (Some(b), Some(&c)) = (n.buffers.get(i), n.children.get(i)) else {
+            return Err(corrupt(format!("node {id}"), "pivot/child count mismatch"));
+        };
+        // A buffer that stopped early bounds this pass at the first key it left out
+        // (rows below it are complete); the next pass resumes there.
+        if let Some(cut) = b.collect_for_range_limited(Some(cursor), qhi, keys_per_pass, msgs) {
+            if hi.as_ref().is_none_or(|h| cut < *h) {
+                hi = Some(cut);
+            }
+        }
+        let qhi = min_bound(hi.as_deref(), end).map(<[u8]>::to_vec);
+        runs.extend(
+            b.spilled()
+                .iter()
+                .filter(|r| r.overlaps(Some(cursor), qhi.as_deref()))
+                .map(|r| (r.id, qhi.clone())),
+        );
+        id = c;
+    }
+    Ok(Some((id, hi)))
+}
+
+/// Merges the rows of `leaf` in `[cursor, qhi)` with `pending` into `out`, basement by
+/// basement; true when `out` reached `limit` rows.
+fn merge_leaf_for_range(
+    leaf: &Leaf,
+    cursor: &[u8],
+    qhi: Option<&[u8]>,
+    pending: &PendingForRange,
+    limit: usize,
+    out: &mut Vec<KeyValue>,
+) -> bool {
+    let first = child_index(&leaf.pivots, cursor);
+    for bi in first..leaf.basements.len() {
+        let (blo, bhi) = child_bounds(&leaf.pivots, bi, None, None);
+        let lo: &[u8] = match blo {
+            Some(b) if b > cursor => b,
+            _ => cursor,
+        };
+        let h = min_bound(bhi, qhi);
+        if h.is_some_and(|h| lo >= h) {
+            break;
+        }
+        let Some(b) = leaf.basements.get(bi) else { break };
+        if pending.merge_basement(b, lo, h, limit, out) {
+            return true;
+        }
+    }
+    false
 }
