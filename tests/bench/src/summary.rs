@@ -94,6 +94,7 @@ pub fn machine_line() -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
