@@ -4,8 +4,9 @@
 //! The build links Debian's RocksDB 7.8.3 (`apt-get install librocksdb-dev`; the workspace's
 //! `.cargo/config.toml` points `ROCKSDB_LIB_DIR` at it) through the `rocksdb` crate 0.20.1, the
 //! newest whose C API calls that library has: the crate's latest (0.25, RocksDB 11.8) builds
-//! RocksDB from source, about 360 C++ files, which took hours on this shared 2-core machine, and
-//! calls 59 C functions 7.8.3 lacks.
+//! RocksDB from source, about 360 C++ files (62 had compiled after 35 minutes on the shared
+//! 2-core machine of the first measurement), and calls 59 C functions 7.8.3 lacks. Debian's
+//! library is built with assertions on: BENCHMARKS.md's RocksDB figures say what that means.
 //!
 //! Setup, RocksDB's defaults except where the comparison needs the same terms as the others:
 //! - one column family (`default`), the same 16-byte keys and 100-byte values as every engine;
