@@ -470,7 +470,11 @@ mod tests {
     /// instant-DDL pair with correct reads afterwards.
     #[test]
     fn workloads_are_correct_on_every_engine() {
-        for engine in [EngineName::Fractal, EngineName::Sled, EngineName::Fjall] {
+        let mut engines = vec![EngineName::Fractal, EngineName::Sled, EngineName::Fjall];
+        if cfg!(feature = "rocksdb") {
+            engines.push(EngineName::Rocksdb);
+        }
+        for engine in engines {
             let tmp = tempfile::tempdir().unwrap();
             let s = spec(engine, tmp.path(), Workload::InstantDdl);
             let kv = kv::open(engine, &s.dir, s.cache_size_bytes, s.zstd_level).unwrap();

@@ -1,6 +1,7 @@
 //! The engines under test behind one small bench-only interface, [`BenchKv`]: ftkv's
-//! [`ftkv_engine::Engine`]s (fractal, sled) directly, and fjall 2.11 (an LSM tree in pure Rust,
-//! after LevelDB/RocksDB) through a thin adapter that lives only here.
+//! [`ftkv_engine::Engine`]s (fractal, sled) directly, fjall 2.11 (an LSM tree in pure Rust,
+//! after LevelDB/RocksDB) through a thin adapter that lives only here, and RocksDB (with the
+//! `rocksdb` feature) through [`super::rocks`].
 //!
 //! fjall has no range tombstones or broadcast messages, so [`BenchKv::delete_range`] and
 //! [`BenchKv::upsert_range`] on fjall do what an application on an LSM tree must do: read the
@@ -24,6 +25,8 @@ pub enum EngineName {
     Sled,
     /// fjall 2.11 (LSM tree), bench-only adapter.
     Fjall,
+    /// RocksDB through the `rocksdb` crate (`super::rocks`; needs the `rocksdb` feature).
+    Rocksdb,
 }
 
 impl EngineName {
@@ -33,16 +36,22 @@ impl EngineName {
             EngineName::Fractal => "fractal",
             EngineName::Sled => "sled",
             EngineName::Fjall => "fjall",
+            EngineName::Rocksdb => "rocksdb",
         }
     }
 
-    /// Parses `fractal`, `sled` or `fjall`.
+    /// Parses `fractal`, `sled`, `fjall` or `rocksdb` (the last fails in a build without the
+    /// `rocksdb` feature, with [`super::rocks::NOT_BUILT`]).
     pub fn parse(s: &str) -> anyhow::Result<Self> {
         Ok(match s.trim() {
             "fractal" => EngineName::Fractal,
             "sled" => EngineName::Sled,
             "fjall" => EngineName::Fjall,
-            other => anyhow::bail!("unknown engine {other:?} (fractal, sled, fjall)"),
+            "rocksdb" => {
+                super::rocks::ensure_available()?;
+                EngineName::Rocksdb
+            }
+            other => anyhow::bail!("unknown engine {other:?} (fractal, sled, fjall, rocksdb)"),
         })
     }
 }
@@ -244,7 +253,7 @@ impl BenchKv for FjallKv {
 }
 
 /// Opens engine `name` in `dir` with a cache budget of `cache_size_bytes` (fractal: leaves at
-/// zstd `zstd_level`, 1 being the node's default).
+/// zstd `zstd_level`, 1 being the node's default; rocksdb: every level at that zstd level).
 pub fn open(
     name: EngineName,
     dir: &Path,
@@ -263,6 +272,7 @@ pub fn open(
         }
         EngineName::Sled => Box::new(FtkvKv(ftkv_engine::open_engine(EngineKind::Sled, &opts)?, None)),
         EngineName::Fjall => Box::new(FjallKv::open(dir, cache_size_bytes)?),
+        EngineName::Rocksdb => super::rocks::open(dir, cache_size_bytes, zstd_level)?,
     })
 }
 

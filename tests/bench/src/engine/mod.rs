@@ -16,6 +16,7 @@ pub mod cgroup;
 pub mod child;
 pub mod data;
 pub mod kv;
+pub mod rocks;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -69,7 +70,8 @@ pub struct EngineArgs {
     /// Workload to run.
     #[arg(long, value_enum)]
     pub workload: Workload,
-    /// Comma-separated engines: fractal, sled, fjall.
+    /// Comma-separated engines: fractal, sled, fjall, rocksdb (rocksdb: build with
+    /// `--features rocksdb`).
     #[arg(long, default_value = "fractal,sled,fjall")]
     pub engines: String,
     /// Rows to load (per table for `compression`). Default 1M; `beyond-memory`: 4 GiB of rows.
@@ -82,8 +84,8 @@ pub struct EngineArgs {
     /// Engine cache budget (e.g. 64MiB). Default 64MiB for `beyond-memory`, 1GiB otherwise.
     #[arg(long, value_parser = parse_size)]
     pub cache_size: Option<u64>,
-    /// fractal only: zstd level of leaves (internal nodes and spilled runs use at most -1);
-    /// the node's default `engine.compression_level` is 1.
+    /// fractal: zstd level of leaves (internal nodes and spilled runs use at most -1), the
+    /// node's default `engine.compression_level` being 1; rocksdb: zstd level of every level.
     #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub zstd_level: i32,
     /// Rounds; each round runs every engine once.
