@@ -7,6 +7,8 @@ mod storage_smoke;
 
 #[test]
 fn beyond_memory_smoke_run_inserts_every_row_into_confined_nodes() {
+    // Three targets of 20 ports each, below the ephemeral range (see ftkv_bench::ports).
+    let base_port = ftkv_bench::ports::free_port_block(60).unwrap().to_string();
     let targets = ["ftkv", "ftkv-sled"];
     let out = tempfile::tempdir().unwrap();
     let mut cmd = storage_smoke::bench();
@@ -20,7 +22,7 @@ fn beyond_memory_smoke_run_inserts_every_row_into_confined_nodes() {
         "1",
     ])
     .args(["--memory-limit", "128MiB", "--clients", "4", "--stall-secs", "30"])
-    .args(["--targets", &targets.join(","), "--base-port", "32200"])
+    .args(["--targets", &targets.join(","), "--base-port", &base_port])
     .arg("--out")
     .arg(out.path());
     let stdout = storage_smoke::run(cmd);

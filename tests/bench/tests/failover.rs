@@ -9,6 +9,8 @@ use common::{assert_svg, num, read_json, run_bench, targets_with_etcd};
 
 #[test]
 fn failover_resumes_writes_and_the_killed_leader_catches_up() {
+    // Three targets of 20 ports each, below the ephemeral range (see ftkv_bench::ports).
+    let base_port = ftkv_bench::ports::free_port_block(60).unwrap().to_string();
     let targets = targets_with_etcd(&["ftkv"]);
     let out = tempfile::tempdir().unwrap();
     let joined = targets.join(",");
@@ -30,7 +32,7 @@ fn failover_resumes_writes_and_the_killed_leader_catches_up() {
         "--key-space",
         "1000",
         "--base-port",
-        "34200",
+        &base_port,
         "--out",
         dir,
     ]);

@@ -7,6 +7,8 @@ mod storage_smoke;
 
 #[test]
 fn instant_ddl_smoke_run_leaves_no_key_on_any_node() {
+    // Three targets of 20 ports each, below the ephemeral range (see ftkv_bench::ports).
+    let base_port = ftkv_bench::ports::free_port_block(60).unwrap().to_string();
     let mut targets = vec!["ftkv"];
     if storage_smoke::etcd_available() {
         targets.push("etcd");
@@ -23,7 +25,7 @@ fn instant_ddl_smoke_run_leaves_no_key_on_any_node() {
         "--delete-clients",
         "16",
     ])
-    .args(["--targets", &targets.join(","), "--base-port", "32400"])
+    .args(["--targets", &targets.join(","), "--base-port", &base_port])
     .arg("--out")
     .arg(out.path());
     let stdout = storage_smoke::run(cmd);

@@ -9,6 +9,8 @@ use common::{num, read_json, run_bench, targets_with_etcd};
 
 #[test]
 fn reads_return_the_preloaded_values_and_full_scans() {
+    // Three targets of 20 ports each, below the ephemeral range (see ftkv_bench::ports).
+    let base_port = ftkv_bench::ports::free_port_block(60).unwrap().to_string();
     let targets = targets_with_etcd(&["ftkv"]);
     let out = tempfile::tempdir().unwrap();
     let joined = targets.join(",");
@@ -28,7 +30,7 @@ fn reads_return_the_preloaded_values_and_full_scans() {
         "--scan-rows",
         "100",
         "--base-port",
-        "34100",
+        &base_port,
         "--out",
         dir,
     ]);

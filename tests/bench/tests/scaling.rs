@@ -9,6 +9,8 @@ use common::{assert_svg, num, read_json, run_bench, targets_with_etcd};
 
 #[test]
 fn scaling_runs_every_point_of_every_target() {
+    // Three targets of 20 ports each, below the ephemeral range (see ftkv_bench::ports).
+    let base_port = ftkv_bench::ports::free_port_block(60).unwrap().to_string();
     let targets = targets_with_etcd(&["ftkv", "ftkv-sled"]);
     let out = tempfile::tempdir().unwrap();
     let joined = targets.join(",");
@@ -28,7 +30,7 @@ fn scaling_runs_every_point_of_every_target() {
         "--key-space",
         "1000",
         "--base-port",
-        "34000",
+        &base_port,
         "--out",
         dir,
     ]);
