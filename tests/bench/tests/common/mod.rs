@@ -36,28 +36,36 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-/// Whether etcd can run: found (`ETCD_BIN` or `etcd` on PATH, as the bench finds it), else
-/// installed from Debian's `etcd-server` when root. When it is still missing, fails if
-/// `FTKV_BENCH_PEERS_REQUIRED=1`, else prints `NOT RUN: etcd missing` and returns false.
+fn etcd_found() -> bool {
+    ftkv_bench::etcd::etcd_binary().is_ok_and(|p| p.is_file())
+}
+
+/// Whether etcd can run: found (`ETCD_BIN` or `etcd` on PATH, as the bench finds it, and the
+/// file exists), else installed from Debian's `etcd-server` when root (after `apt-get update`
+/// if the first try fails). When it is still missing, fails if `FTKV_BENCH_PEERS_REQUIRED=1`,
+/// else prints `NOT RUN: etcd missing` and returns false.
 pub fn etcd_available() -> bool {
-    if ftkv_bench::etcd::etcd_binary().is_ok() {
-        return true;
+    if !etcd_found() && is_root() {
+        let install = || {
+            Command::new("apt-get")
+                .args(["install", "-y", "-qq", "etcd-server"])
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !install() {
+            let _ = Command::new("apt-get").args(["update", "-qq"]).status();
+            let _ = install();
+        }
     }
-    if is_root() {
-        let status = Command::new("apt-get")
-            .args(["install", "-y", "etcd-server"])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status();
-        eprintln!("apt-get install -y etcd-server: {status:?}");
-    }
-    if ftkv_bench::etcd::etcd_binary().is_ok() {
+    if etcd_found() {
         return true;
     }
     assert!(
         std::env::var("FTKV_BENCH_PEERS_REQUIRED").as_deref() != Ok("1"),
         "etcd is missing and FTKV_BENCH_PEERS_REQUIRED=1"
     );
-    eprintln!("NOT RUN: etcd missing");
+    println!("NOT RUN: etcd missing");
     false
 }
 

@@ -6,6 +6,12 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+// etcd's presence is decided as for the cluster-workload smoke tests.
+#[path = "../common/mod.rs"]
+mod common;
+#[allow(unused_imports)] // beyond-memory runs no etcd target.
+pub use common::etcd_available;
+
 /// The `ftkv-bench` binary of this build; panics with the fix when `ftkv-node` was not built
 /// into the same directory (`cargo test --workspace` builds it; a lone `-p ftkv-bench` does not).
 pub fn bench() -> Command {
@@ -34,52 +40,6 @@ pub fn run(mut cmd: Command) -> String {
         out.status
     );
     stdout
-}
-
-fn etcd_on_path() -> bool {
-    if let Ok(p) = std::env::var("ETCD_BIN") {
-        return Path::new(&p).is_file();
-    }
-    std::env::var("PATH")
-        .unwrap_or_default()
-        .split(':')
-        .any(|d| Path::new(d).join("etcd").is_file())
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
-}
-
-/// Whether etcd can run: found on PATH, else installed with `apt-get install -y etcd-server`
-/// when root. When it is still missing: with `FTKV_BENCH_PEERS_REQUIRED=1` the test fails;
-/// otherwise prints `NOT RUN: etcd missing` and the caller runs the ftkv targets alone.
-pub fn etcd_available() -> bool {
-    if !etcd_on_path() && is_root() {
-        let install = || {
-            Command::new("apt-get")
-                .args(["install", "-y", "-qq", "etcd-server"])
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        if !install() {
-            let _ = Command::new("apt-get").args(["update", "-qq"]).status();
-            let _ = install();
-        }
-    }
-    if etcd_on_path() {
-        return true;
-    }
-    assert!(
-        std::env::var("FTKV_BENCH_PEERS_REQUIRED").as_deref() != Ok("1"),
-        "etcd missing and FTKV_BENCH_PEERS_REQUIRED=1"
-    );
-    println!("NOT RUN: etcd missing");
-    false
 }
 
 /// `dir/name` parsed as JSON.
